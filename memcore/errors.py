@@ -1,0 +1,100 @@
+"""The exceptions memcore raises.
+
+Every error a caller can provoke with bad input or a bad state derives from
+:class:`MemcoreError`, so ``except MemcoreError`` catches all of them and nothing
+from deep inside a database client leaks out untranslated. Backends subclass
+these; they never invent a parallel hierarchy.
+
+Two families matter to callers:
+
+* :class:`InvalidInputError` (also a :class:`ValueError`): the call was wrong and
+  nothing was changed. Fix the input and call again.
+* :class:`StoreError`: the store could not do what was asked (closed, locked by
+  another process, unreachable, corrupted on disk).
+"""
+
+from __future__ import annotations
+
+
+class MemcoreError(Exception):
+    """Root of every exception memcore raises on purpose."""
+
+
+class InvalidInputError(MemcoreError, ValueError):
+    """The call's arguments are invalid; nothing stored was changed."""
+
+
+class ScopeError(InvalidInputError):
+    """A scope value is empty, too long, path-like or otherwise not allowed."""
+
+
+class InvalidRecordError(InvalidInputError):
+    """A record (or message) does not satisfy memcore's record model."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A record's serialised form exceeds :data:`memcore.validation.MAX_RECORD_BYTES`."""
+
+
+class InvalidIdError(InvalidInputError):
+    """A record id is not a well-formed UUID."""
+
+
+class IdConflictError(InvalidInputError):
+    """A write reuses the id of a record that belongs to another scope.
+
+    Record ids are global, so an upsert may never move or overwrite a record
+    that the writer's scope cannot read.
+    """
+
+
+class InvalidVectorError(InvalidInputError):
+    """A vector is empty, all zeros, or holds NaN, infinity or values beyond float32."""
+
+
+class DimensionMismatchError(InvalidVectorError):
+    """A vector's dimension differs from the one the store was created with."""
+
+
+class FilterError(InvalidInputError):
+    """A filter is malformed: unknown operator or field, or a value of the wrong type."""
+
+
+class UnsupportedFilterError(FilterError):
+    """A backend cannot evaluate this (valid) filter, natively or exactly in Python."""
+
+
+class InvalidLimitError(InvalidInputError):
+    """A ``limit`` is not a positive integer within the allowed maximum."""
+
+
+class StoreError(MemcoreError):
+    """The store could not perform the operation."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after :meth:`close`."""
+
+
+class StoreLockedError(StoreError):
+    """Another process (or another open store object) holds this store's path."""
+
+
+class StoreCorruptedError(StoreError):
+    """The store's files are damaged beyond what it can skip or recover."""
+
+
+class StoreUnavailableError(StoreError):
+    """A store server cannot be reached; the call may succeed once it is back."""
+
+
+class PluginError(MemcoreError):
+    """A plugin is broken: it failed to load or registered something invalid."""
+
+
+class UnknownPluginError(MemcoreError, KeyError):
+    """No installed plugin provides the requested store scheme or embedder name."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would wrap the message in quotes.
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,51 @@
+"""A pydantic base class whose validation errors are memcore errors.
+
+Pydantic raises its own ``ValidationError``; callers of memcore should only ever
+have to catch :class:`memcore.errors.MemcoreError`. When a field validator raised
+a memcore error (say :class:`~memcore.errors.ScopeError`), that type is kept;
+anything else becomes the model's ``invalid_error``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Self
+
+import pydantic
+
+from memcore.errors import InvalidInputError, InvalidRecordError, MemcoreError
+
+
+def _translate(exc: pydantic.ValidationError, default: type[InvalidInputError]) -> MemcoreError:
+    for detail in exc.errors():
+        cause = (detail.get("ctx") or {}).get("error")
+        if isinstance(cause, MemcoreError):
+            return type(cause)(f"{exc.title}: {cause}")
+    return default(str(exc))
+
+
+class MemcoreModel(pydantic.BaseModel):
+    """Frozen, strict-about-extras pydantic model raising memcore errors."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    invalid_error: ClassVar[type[InvalidInputError]] = InvalidRecordError
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            raise _translate(exc, self.invalid_error) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
+        try:
+            return super().model_validate(obj, **kwargs)
+        except pydantic.ValidationError as exc:
+            raise _translate(exc, cls.invalid_error) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Self:
+        try:
+            return super().model_validate_json(json_data, **kwargs)
+        except pydantic.ValidationError as exc:
+            raise _translate(exc, cls.invalid_error) from None

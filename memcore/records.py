@@ -1,0 +1,176 @@
+"""The records memcore stores: messages, their owners, and their metadata.
+
+A :class:`MemoryRecord` is one message (a chat turn, a tool result, a summary)
+with an id, a :class:`~memcore.scope.Scope`, a UTC timestamp and flat,
+filterable metadata. Records round-trip exactly through ``model_dump()`` /
+``model_validate()`` and through JSON, the interchange format of every store.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID, uuid4
+
+import pydantic
+
+from memcore.model_base import MemcoreModel
+from memcore.scope import Scope
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+"""The roles of the OpenAI chat-completions format."""
+
+MetadataValue = str | int | float | bool | list[str]
+"""What a metadata value may be: a scalar or a list of strings."""
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+class _MonotonicUtcClock:
+    """UTC "now" that never repeats or goes backwards within the process.
+
+    Records are ordered by ``created_at``; two writes in the same microsecond (or
+    a wall clock stepped back) would otherwise make that order ambiguous.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = datetime.min.replace(tzinfo=UTC)
+
+    def now(self) -> datetime:
+        with self._lock:
+            now = datetime.now(UTC)
+            if now <= self._last:
+                now = self._last + timedelta(microseconds=1)
+            self._last = now
+            return now
+
+
+utc_now = _MonotonicUtcClock().now
+
+
+class FunctionCall(MemcoreModel):
+    """The function an assistant asks to call: its name and JSON arguments."""
+
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(MemcoreModel):
+    """One tool call of an assistant message, in the OpenAI shape."""
+
+    id: str = pydantic.Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(MemcoreModel):
+    """One chat message.
+
+    :param role: system, developer, user, assistant or tool.
+    :param content: the text.
+    :param name: an optional participant name.
+    :param tool_calls: the calls an assistant message makes.
+    :param tool_call_id: for a tool message, the id of the call it answers.
+    """
+
+    role: Role
+    content: str
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
+    tool_call_id: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _check_tool_fields(self) -> Message:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("a tool message needs tool_call_id, and only a tool message has one")
+        return self
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as a chat-completions ``messages`` entry."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def _check_metadata_value(key: str, value: MetadataValue) -> None:
+    if isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"metadata {key!r}: integers must fit in 64 bits, got {value}")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"metadata {key!r}: floats must be finite, got {value}")
+    elif isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        raise ValueError(f"metadata {key!r}: lists may hold strings only")
+
+
+class MemoryRecord(MemcoreModel):
+    """One stored message and everything needed to find it again.
+
+    :param id: the record's UUID, global across scopes; a new one by default.
+    :param scope: who the record belongs to; never :meth:`Scope.everything`.
+    :param message: the message itself.
+    :param created_at: when it was written, timezone-aware (stored in UTC);
+        strictly increasing within a process by default, so order is total.
+    :param metadata: flat ``key -> value`` pairs, filterable as ``metadata.<key>``;
+        keys are identifiers of up to 64 characters.
+    :param kind: what the record is: ``turn`` (default), ``summary``, ``fact``...
+    """
+
+    id: UUID = pydantic.Field(default_factory=uuid4)
+    scope: Scope
+    message: Message
+    created_at: datetime = pydantic.Field(default_factory=utc_now)
+    metadata: dict[str, MetadataValue] = pydantic.Field(default_factory=dict)
+    kind: str = "turn"
+
+    @pydantic.field_validator("created_at")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("created_at must be timezone-aware")
+        return value.astimezone(UTC)
+
+    @pydantic.field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, metadata: dict[str, MetadataValue]) -> dict[str, MetadataValue]:
+        for key, value in metadata.items():
+            if not METADATA_KEY.fullmatch(key):
+                raise ValueError(f"metadata key {key!r} is not an identifier of up to 64 characters")
+            _check_metadata_value(key, value)
+        return metadata
+
+    @pydantic.field_validator("kind")
+    @classmethod
+    def _check_kind(cls, kind: str) -> str:
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"kind {kind!r} must be 1-32 lowercase letters, digits, _ or -")
+        return kind
+
+    @pydantic.model_validator(mode="after")
+    def _check_scope(self) -> MemoryRecord:
+        if self.scope.is_everything:
+            raise ValueError("a record needs a concrete scope, not Scope.everything()")
+        return self
+
+
+class ScoredRecord(MemcoreModel):
+    """A search hit: the record and its score (cosine similarity, higher is better)."""
+
+    record: MemoryRecord
+    score: float
+
+
+class ContextRecord(MemcoreModel):
+    """A record on its way into a model's context, with where it came from."""
+
+    record: MemoryRecord
+    score: float
+    source: Literal["history", "recall"]

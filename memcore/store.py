@@ -1,0 +1,354 @@
+"""The storage contract every backend implements, and a base class that enforces it.
+
+A store keeps :class:`~memcore.records.MemoryRecord` objects, optionally with a
+vector each, and answers reads that are always scoped. :class:`Store` is the
+protocol callers program against; :class:`BaseStore` is the class backends
+subclass: it validates every argument the same way for all backends (see
+:mod:`memcore.validation`), refuses calls after :meth:`~BaseStore.close`, and
+hands the backend clean, parsed input through a small set of ``_methods``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
+from uuid import UUID
+
+from memcore.errors import InvalidInputError, StoreClosedError
+from memcore.filters import Filter, FilterSpec, parse_filter
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
+from memcore.validation import (
+    DEFAULT_LIMIT,
+    Matrix,
+    Vector,
+    check_ids,
+    check_limit,
+    check_query_vector,
+    check_records,
+    check_scope,
+    check_vectors,
+    normalize_rows,
+)
+
+Order = Literal["asc", "desc"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, for callers choosing one and for the conformance suite.
+
+    :param durable: records survive close and reopen (and a killed process).
+    :param ann: vector search is approximate (an ANN index), not exact.
+    :param text_search: ``search(text=...)`` is supported.
+    :param server: the data lives in a server process, not in this one.
+    """
+
+    durable: bool
+    ann: bool = False
+    text_search: bool = True
+    server: bool = False
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What memories and tools need from a storage backend.
+
+    Every read and delete takes a :class:`~memcore.scope.Scope` and returns or
+    touches only records within it. Record ids are global UUIDs; ``add`` upserts.
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    @property
+    def dimension(self) -> int | None:
+        """The vector dimension, fixed by the first vector written (``None`` before)."""
+        ...
+
+    def add(self, records: Sequence[MemoryRecord], vectors: Sequence[Vector] | None = None) -> None:
+        """Insert or replace records (by id), each with its vector if ``vectors`` is given."""
+        ...
+
+    def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
+        """The records with these ids that ``scope`` can see, in the order asked."""
+        ...
+
+    def list(
+        self,
+        scope: Scope,
+        *,
+        filter: FilterSpec | Filter | None = None,
+        order: Order = "asc",
+        limit: int | None = None,
+        before: datetime | None = None,
+        after: datetime | None = None,
+    ) -> builtins.list[MemoryRecord]:
+        """Records in ``created_at`` order (then id), optionally filtered and bounded."""
+        ...
+
+    def search(
+        self,
+        scope: Scope,
+        *,
+        vector: Vector | None = None,
+        text: str | None = None,
+        filter: FilterSpec | Filter | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> builtins.list[ScoredRecord]:
+        """The best matches by cosine similarity and/or case-insensitive text match."""
+        ...
+
+    def count(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
+        """How many records ``scope`` can see that match ``filter``."""
+        ...
+
+    def delete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
+        """Delete these records if ``scope`` can see them; return how many existed."""
+        ...
+
+    def delete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
+        """Delete every record in ``scope`` matching ``filter`` (``{}``: all of them)."""
+        ...
+
+    def purge(self) -> None:
+        """Physically erase deleted records from everything the store persists."""
+        ...
+
+    def close(self) -> None:
+        """Release the store; later calls raise :class:`~memcore.errors.StoreClosedError`."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+def text_matches(text: str, content: str) -> bool:
+    """What ``search(text=...)`` means: a case-insensitive substring match."""
+    return text.casefold() in content.casefold()
+
+
+def _check_datetime(name: str, value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(f"{name} must be a timezone-aware datetime, got {value!r}")
+    return value.astimezone(UTC)
+
+
+class BaseStore(ABC):
+    """Validation, the closed check and the context manager, shared by all backends.
+
+    Subclasses set ``name``, ``schemes`` and ``capabilities``, implement
+    :meth:`from_url`, :attr:`dimension` and the ``_underscore`` methods. Those
+    receive validated input: records checked, vectors as finite float32 matrices
+    normalised to unit length, ids as UUIDs, filters parsed, limits in range,
+    datetimes in UTC. They must apply the scope natively and translate their
+    client's exceptions into :mod:`memcore.errors`.
+    """
+
+    name: ClassVar[str]
+    schemes: ClassVar[tuple[str, ...]]
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: str) -> Self:
+        """Open the store that ``url`` (one of :attr:`schemes`) names."""
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int | None:
+        """The vector dimension, fixed by the first vector written (``None`` before)."""
+
+    def add(self, records: Sequence[MemoryRecord], vectors: Sequence[Vector] | None = None) -> None:
+        """Insert or replace records by id, each with its vector when ``vectors`` is given.
+
+        Replacing a record replaces its vector too (none if ``vectors`` is omitted).
+
+        :raises InvalidRecordError: for invalid or oversized records.
+        :raises InvalidVectorError: for invalid vectors (NaN, infinity, zero, empty).
+        :raises DimensionMismatchError: if a vector does not match :attr:`dimension`.
+        :raises IdConflictError: if an id belongs to a record of another scope.
+        """
+        self._check_open()
+        batch = check_records(records)
+        matrix = None
+        if vectors is not None:
+            matrix = normalize_rows(check_vectors(vectors, len(batch), self.dimension))
+        if batch:
+            self._add(batch, matrix)
+
+    def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
+        """The records with these ids that ``scope`` can see, in the order asked.
+
+        Ids that do not exist, or belong to another scope, are simply absent.
+        """
+        self._check_open()
+        wanted = list(dict.fromkeys(check_ids(ids)))
+        found = {record.id: record for record in self._get(check_scope(scope), wanted)} if wanted else {}
+        return [found[record_id] for record_id in wanted if record_id in found]
+
+    def list(
+        self,
+        scope: Scope,
+        *,
+        filter: FilterSpec | Filter | None = None,
+        order: Order = "asc",
+        limit: int | None = None,
+        before: datetime | None = None,
+        after: datetime | None = None,
+    ) -> builtins.list[MemoryRecord]:
+        """Records ordered by ``created_at`` then id.
+
+        :param order: ``"asc"`` (oldest first) or ``"desc"``.
+        :param limit: at most this many (after ordering); ``None`` for all.
+        :param before: only records created strictly before this time.
+        :param after: only records created strictly after this time.
+        """
+        self._check_open()
+        if order not in ("asc", "desc"):
+            raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
+        return self._list(
+            check_scope(scope),
+            parse_filter(filter),
+            order,
+            check_limit(limit, required=False),
+            _check_datetime("before", before),
+            _check_datetime("after", after),
+        )
+
+    def search(
+        self,
+        scope: Scope,
+        *,
+        vector: Vector | None = None,
+        text: str | None = None,
+        filter: FilterSpec | Filter | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> builtins.list[ScoredRecord]:
+        """The best matches within ``scope``, best first.
+
+        With ``vector``: cosine similarity in [-1, 1], over
+        records that have a vector. With ``text``: records whose content contains
+        it, case-insensitively; alone, the newest first with score 1.0. With
+        both: the vector ranking among records that contain the text.
+
+        :raises InvalidInputError: if neither ``vector`` nor ``text`` is given.
+        """
+        self._check_open()
+        check_scope(scope)
+        if vector is None and text is None:
+            raise InvalidInputError("search needs a vector, a text, or both; use list() to browse")
+        if text is not None and (not isinstance(text, str) or not text.strip()):
+            raise InvalidInputError(f"text must be a non-empty string, got {text!r}")
+        query = None if vector is None else normalize_rows(check_query_vector(vector, self.dimension))
+        node = parse_filter(filter)
+        bounded = check_limit(limit, required=True)
+        assert bounded is not None
+        if query is not None and self.dimension is None:
+            return []
+        return self._search(scope, query, text, node, bounded)
+
+    def count(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
+        """How many records ``scope`` can see that match ``filter``."""
+        self._check_open()
+        return self._count(check_scope(scope), parse_filter(filter))
+
+    def delete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
+        """Delete the records with these ids that ``scope`` can see.
+
+        Idempotent: ids that do not exist or that belong to another scope are
+        left alone. Deleted records vanish from every read path at once.
+
+        :returns: how many of the ids existed within ``scope`` and were deleted.
+        """
+        self._check_open()
+        wanted = list(dict.fromkeys(check_ids(ids)))
+        return self._delete(check_scope(scope), wanted) if wanted else 0
+
+    def delete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
+        """Delete every record within ``scope`` that matches ``filter``.
+
+        :param filter: a filter; ``{}`` deletes every record of the scope.
+        :returns: how many records were deleted.
+        """
+        self._check_open()
+        if filter is None:
+            raise InvalidInputError("delete_where needs a filter; pass {} to delete the whole scope")
+        return self._delete_where(check_scope(scope), parse_filter(filter))
+
+    def purge(self) -> None:
+        """Physically erase deleted records from everything the store persists.
+
+        Stores that keep nothing on disk have nothing to erase.
+        """
+        self._check_open()
+
+    def close(self) -> None:
+        """Release the store. Idempotent; any other call afterwards raises StoreClosedError."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the {self.name} store is closed")
+
+    @abstractmethod
+    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None: ...
+
+    @abstractmethod
+    def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]: ...
+
+    @abstractmethod
+    def _list(
+        self,
+        scope: Scope,
+        node: Filter | None,
+        order: Order,
+        limit: int | None,
+        before: datetime | None,
+        after: datetime | None,
+    ) -> builtins.list[MemoryRecord]: ...
+
+    @abstractmethod
+    def _search(
+        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
+    ) -> builtins.list[ScoredRecord]: ...
+
+    @abstractmethod
+    def _count(self, scope: Scope, node: Filter | None) -> int: ...
+
+    @abstractmethod
+    def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int: ...
+
+    @abstractmethod
+    def _delete_where(self, scope: Scope, node: Filter | None) -> int: ...
+
+    @abstractmethod
+    def _close(self) -> None: ...

@@ -1,0 +1,393 @@
+"""``jsonl:///path``: a durable store in plain files, with exact search in memory.
+
+Layout under the root folder (folders 0700, files 0600)::
+
+    meta.json                       format, schema version, vector dimension
+    .lock                           held (flock) by the one open store object
+    scopes/<scope digest>/
+        entries.jsonl               append-only puts and delete tombstones
+        meta.json                   the scope, schema version, lines skipped at last open
+
+Every write is fsynced before the call returns, so an acknowledged write
+survives a killed process; a torn or corrupt line is skipped and counted, never
+fatal (see :mod:`memcore.stores.jsonl_log`). On open, the logs are replayed into
+a :class:`~memcore.stores.scoped_index.ScopedIndex`, which answers every read.
+
+A batch is atomic per scope: the lines one :meth:`add` writes into one scope's
+log become visible together or not at all. A batch spanning several scopes is
+written scope by scope, so a crash can leave some scopes' part applied.
+
+Deleted records stay in the logs as superseded lines until :meth:`compact`
+(also :meth:`purge`) rewrites them; a log whose dead lines outnumber its live
+records is compacted automatically once it holds over 1,000 dead lines.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar, Self
+from uuid import UUID
+
+import numpy as np
+
+from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError, StoreLockedError
+from memcore.filters import Filter
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
+from memcore.store import BaseStore, Capabilities, Order
+from memcore.stores import jsonl_log
+from memcore.stores.scoped_index import ScopedIndex
+from memcore.validation import Matrix
+
+FORMAT = "memcore-jsonl"
+SCHEMA_VERSION = 1
+AUTO_COMPACT_DEAD_LINES = 1_000
+
+
+@dataclass
+class _ScopeLog:
+    """Bookkeeping for one scope's log file."""
+
+    scope: Scope
+    folder: Path
+    dead_lines: int = 0
+    needs_newline: bool = False
+    skipped_lines: int = 0
+
+    @property
+    def entries(self) -> Path:
+        return self.folder / "entries.jsonl"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise StoreCorruptedError(
+            f"{path} is unreadable or not JSON ({exc}); restore it from a backup"
+        ) from None
+    if not isinstance(data, dict):
+        raise StoreCorruptedError(f"{path} does not hold a JSON object")
+    return data
+
+
+class JsonlStore(BaseStore):
+    """A durable store in JSON-lines files under one folder.
+
+    One open store object per folder: a second one, in this process or another,
+    gets :class:`~memcore.errors.StoreLockedError`. A lock left by a killed
+    process is released by the operating system and does not block reopening.
+
+    :param path: the root folder; created (mode 0700) if missing.
+    :param dimension: fix the vector dimension of a new store up front.
+    """
+
+    name: ClassVar[str] = "jsonl"
+    schemes: ClassVar[tuple[str, ...]] = ("jsonl",)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True)
+
+    def __init__(self, path: str | os.PathLike[str], dimension: int | None = None) -> None:
+        super().__init__()
+        self.path = Path(path).expanduser()
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str | None, ...], _ScopeLog] = {}
+        self._next_seq = 1
+        try:
+            if not self.path.exists():
+                self.path.mkdir(mode=jsonl_log.DIR_MODE, parents=True)
+            self._lock_fd = self._acquire_lock()
+        except OSError as exc:
+            raise StoreError(f"cannot open the jsonl store at {self.path}: {exc}") from None
+        try:
+            stored_dimension = self._open_meta(dimension)
+            self._index = ScopedIndex(stored_dimension)
+            self._replay()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open ``jsonl:///absolute/path`` or ``jsonl://relative/path`` (``~`` expands)."""
+        location = url.removeprefix("jsonl://")
+        if location == url or not location:
+            raise InvalidInputError(f"expected jsonl:///path or jsonl://relative/path, got {url!r}")
+        return cls(location)
+
+    @property
+    def dimension(self) -> int | None:
+        return self._index.dimension
+
+    # -- opening -----------------------------------------------------------------
+
+    def _acquire_lock(self) -> int:
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, jsonl_log.FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StoreLockedError(
+                    f"the jsonl store at {self.path} is already open (process {holder}); "
+                    "close the other store object or process first"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def _open_meta(self, dimension: int | None) -> int | None:
+        meta_path = self.path / "meta.json"
+        if not meta_path.exists():
+            jsonl_log.make_private_dir(self.path / "scopes")
+            self._write_root_meta(dimension)
+            return dimension
+        meta = _read_json(meta_path)
+        if meta.get("format") != FORMAT or meta.get("schema_version") != SCHEMA_VERSION:
+            raise StoreCorruptedError(
+                f"{meta_path} is not a {FORMAT} v{SCHEMA_VERSION} store "
+                f"(format={meta.get('format')!r}, schema_version={meta.get('schema_version')!r})"
+            )
+        stored = meta.get("dimension")
+        if stored is not None and (not isinstance(stored, int) or stored < 1):
+            raise StoreCorruptedError(f"{meta_path} has an invalid dimension {stored!r}")
+        if dimension is not None and stored is not None and dimension != stored:
+            raise InvalidInputError(f"the store at {self.path} has dimension {stored}, not {dimension}")
+        if stored is None and dimension is not None:
+            self._write_root_meta(dimension)
+            return dimension
+        return stored
+
+    def _write_root_meta(self, dimension: int | None) -> None:
+        meta = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "dimension": dimension}
+        jsonl_log.write_atomically(self.path / "meta.json", json.dumps(meta).encode())
+
+    def _replay(self) -> None:
+        latest: dict[UUID, tuple[jsonl_log.Operation, _ScopeLog]] = {}
+        for folder in jsonl_log.iter_scope_dirs(self.path / "scopes"):
+            scope = Scope.model_validate(_read_json(folder / "meta.json")["scope"])
+            log = _ScopeLog(scope, folder)
+            self._logs[scope.as_tuple()] = log
+            if not log.entries.exists():
+                continue
+            result = jsonl_log.read_log(log.entries)
+            log.needs_newline = not result.ends_with_newline
+            log.skipped_lines = log.dead_lines = result.skipped_lines
+            for operation in result.operations:
+                self._next_seq = max(self._next_seq, operation.seq + 1)
+                previous = latest.get(operation.record_id)
+                if previous is None or previous[0].seq < operation.seq:
+                    latest[operation.record_id] = (operation, log)
+                    if previous is not None:
+                        previous[1].dead_lines += 1
+                else:
+                    log.dead_lines += 1
+            self._write_scope_meta(log)
+        puts = []
+        for operation, log in latest.values():
+            if operation.op == "put":
+                puts.append(operation)
+            else:
+                log.dead_lines += 1
+        self._load_index(puts)
+
+    def _load_index(self, puts: list[jsonl_log.Operation]) -> None:
+        records = [MemoryRecord.model_validate(op.record) for op in puts]
+        with_vectors = [op.vector for op in puts if op.vector is not None]
+        if not with_vectors:
+            self._index.upsert(records, None)
+            return
+        dimension = self._index.dimension or len(with_vectors[0])
+        if any(len(vector) != dimension for vector in with_vectors):
+            raise StoreCorruptedError(
+                f"the store at {self.path} holds vectors of a dimension other than {dimension}"
+            )
+        matrix = np.zeros((len(puts), dimension), dtype=np.float32)
+        has_vector = np.zeros(len(puts), dtype=bool)
+        for row, op in enumerate(puts):
+            if op.vector is not None:
+                matrix[row] = op.vector
+                has_vector[row] = True
+        self._index.upsert(records, matrix, has_vector)
+
+    def _write_scope_meta(self, log: _ScopeLog) -> None:
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "scope": log.scope.model_dump(),
+            "skipped_lines": log.skipped_lines,
+        }
+        jsonl_log.write_atomically(log.folder / "meta.json", json.dumps(meta).encode())
+
+    # -- writing -----------------------------------------------------------------
+
+    def _log_for(self, scope: Scope) -> _ScopeLog:
+        log = self._logs.get(scope.as_tuple())
+        if log is None:
+            log = _ScopeLog(scope, self.path / "scopes" / scope.digest())
+            jsonl_log.make_private_dir(log.folder)
+            self._write_scope_meta(log)
+            self._logs[scope.as_tuple()] = log
+        return log
+
+    def _append(self, scope: Scope, lines: list[bytes]) -> None:
+        log = self._log_for(scope)
+        try:
+            jsonl_log.append_lines(log.entries, lines, needs_newline=log.needs_newline)
+        except OSError as exc:
+            raise StoreError(
+                f"writing to {log.entries} failed: {exc}; nothing of this batch was stored"
+            ) from None
+        log.needs_newline = False
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
+        with self._lock:
+            self._check_open()
+            self._index.check_upsert(records, vectors)
+            if vectors is not None and self._index.dimension is None:
+                self._write_root_meta(vectors.shape[1])
+            by_scope: dict[tuple[str | None, ...], list[int]] = {}
+            for row, record in enumerate(records):
+                by_scope.setdefault(record.scope.as_tuple(), []).append(row)
+            for rows in by_scope.values():
+                batch, scope = uuid.uuid4().hex, records[rows[0]].scope
+                lines = [
+                    jsonl_log.encode_put(
+                        self._take_seq(),
+                        batch,
+                        len(rows),
+                        records[row],
+                        None if vectors is None else vectors[row],
+                    )
+                    for row in rows
+                ]
+                self._append(scope, lines)
+                replaced = sum(1 for row in rows if self._index.scope_of(records[row].id) is not None)
+                self._index.upsert([records[row] for row in rows], None if vectors is None else vectors[rows])
+                self._logs[scope.as_tuple()].dead_lines += replaced
+                self._maybe_compact(scope)
+
+    def _remove(self, ids: Iterable[UUID]) -> int:
+        by_scope: dict[tuple[str | None, ...], list[UUID]] = {}
+        scopes: dict[tuple[str | None, ...], Scope] = {}
+        for record_id in ids:
+            scope = self._index.scope_of(record_id)
+            if scope is not None:
+                by_scope.setdefault(scope.as_tuple(), []).append(record_id)
+                scopes[scope.as_tuple()] = scope
+        removed = 0
+        for key, record_ids in by_scope.items():
+            batch = uuid.uuid4().hex
+            lines = [jsonl_log.encode_delete(self._take_seq(), batch, len(record_ids), i) for i in record_ids]
+            self._append(scopes[key], lines)
+            self._index.remove(record_ids)
+            self._logs[key].dead_lines += 2 * len(record_ids)
+            removed += len(record_ids)
+            self._maybe_compact(scopes[key])
+        return removed
+
+    def _delete(self, scope: Scope, ids: list[UUID]) -> int:
+        with self._lock:
+            self._check_open()
+            return self._remove(self._index.visible_ids(scope, ids))
+
+    def _delete_where(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock:
+            self._check_open()
+            return self._remove(self._index.matching_ids(scope, node))
+
+    # -- compaction --------------------------------------------------------------
+
+    def _maybe_compact(self, scope: Scope) -> None:
+        log = self._logs[scope.as_tuple()]
+        if log.dead_lines > AUTO_COMPACT_DEAD_LINES and log.dead_lines > self._index.partition_size(scope):
+            self._compact_scope(log)
+
+    def _compact_scope(self, log: _ScopeLog) -> None:
+        entries = self._index.partition_entries(log.scope)
+        if not entries:
+            shutil.rmtree(log.folder)
+            jsonl_log.fsync_dir(log.folder.parent)
+            del self._logs[log.scope.as_tuple()]
+            return
+        batch = uuid.uuid4().hex
+        lines = [jsonl_log.encode_put(self._take_seq(), batch, len(entries), r, v) for r, v in entries]
+        jsonl_log.write_atomically(log.entries, b"".join(lines))
+        log.dead_lines = log.skipped_lines = 0
+        log.needs_newline = False
+        self._write_scope_meta(log)
+
+    def compact(self) -> None:
+        """Rewrite every scope's log with only its live records.
+
+        Deleted and superseded records, and skipped corrupt lines, are
+        physically removed; a scope with no live record loses its folder.
+        """
+        with self._lock:
+            self._check_open()
+            try:
+                for log in list(self._logs.values()):
+                    self._compact_scope(log)
+            except OSError as exc:
+                raise StoreError(f"compacting {self.path} failed: {exc}") from None
+
+    def purge(self) -> None:
+        """Physically erase deleted records: the same as :meth:`compact`."""
+        self.compact()
+
+    def skipped_lines(self) -> int:
+        """How many corrupt or torn lines the last open skipped, over all scopes."""
+        with self._lock:
+            return sum(log.skipped_lines for log in self._logs.values())
+
+    # -- reading -----------------------------------------------------------------
+
+    def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
+        with self._lock:
+            self._check_open()
+            return self._index.get(scope, ids)
+
+    def _list(
+        self,
+        scope: Scope,
+        node: Filter | None,
+        order: Order,
+        limit: int | None,
+        before: datetime | None,
+        after: datetime | None,
+    ) -> list[MemoryRecord]:
+        with self._lock:
+            self._check_open()
+            return self._index.ordered(scope, node, order, limit, before, after)
+
+    def _search(
+        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
+    ) -> list[ScoredRecord]:
+        with self._lock:
+            self._check_open()
+            return self._index.search(scope, query, text, node, limit)
+
+    def _count(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock:
+            self._check_open()
+            return self._index.count(scope, node)
+
+    def _close(self) -> None:
+        with self._lock:
+            self._index = ScopedIndex(self._index.dimension)
+            os.close(self._lock_fd)

@@ -1,0 +1,92 @@
+"""``memory://``: an in-process store with exact search. Fast, thread-safe, not durable."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import ClassVar, Self
+from uuid import UUID
+
+from memcore.errors import InvalidInputError
+from memcore.filters import Filter
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
+from memcore.store import BaseStore, Capabilities, Order
+from memcore.stores.scoped_index import ScopedIndex
+from memcore.validation import Matrix
+
+
+class MemoryStore(BaseStore):
+    """Records held in this process's memory, searched exactly with numpy.
+
+    Everything is lost when the process ends. Safe to share between threads.
+
+    :param dimension: fix the vector dimension up front (else the first vector does).
+    """
+
+    name: ClassVar[str] = "memory"
+    schemes: ClassVar[tuple[str, ...]] = ("memory",)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False)
+
+    def __init__(self, dimension: int | None = None) -> None:
+        super().__init__()
+        self._lock = threading.RLock()
+        self._index = ScopedIndex(dimension)
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open ``memory://`` (nothing may follow the scheme)."""
+        if url.rstrip("/") not in ("memory:", "memory:/"):
+            raise InvalidInputError(f"the memory store's URL is just 'memory://', got {url!r}")
+        return cls()
+
+    @property
+    def dimension(self) -> int | None:
+        return self._index.dimension
+
+    def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
+        with self._lock:
+            self._index.check_upsert(records, vectors)
+            self._index.upsert(records, vectors)
+
+    def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
+        with self._lock:
+            return self._index.get(scope, ids)
+
+    def _list(
+        self,
+        scope: Scope,
+        node: Filter | None,
+        order: Order,
+        limit: int | None,
+        before: datetime | None,
+        after: datetime | None,
+    ) -> list[MemoryRecord]:
+        with self._lock:
+            return self._index.ordered(scope, node, order, limit, before, after)
+
+    def _search(
+        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
+    ) -> list[ScoredRecord]:
+        with self._lock:
+            return self._index.search(scope, query, text, node, limit)
+
+    def _count(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock:
+            return self._index.count(scope, node)
+
+    def _delete(self, scope: Scope, ids: list[UUID]) -> int:
+        with self._lock:
+            visible = self._index.visible_ids(scope, ids)
+            self._index.remove(visible)
+            return len(visible)
+
+    def _delete_where(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock:
+            matching = self._index.matching_ids(scope, node)
+            self._index.remove(matching)
+            return len(matching)
+
+    def _close(self) -> None:
+        with self._lock:
+            self._index = ScopedIndex(self._index.dimension)

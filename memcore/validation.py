@@ -1,0 +1,172 @@
+"""Input checks shared by every store, so that all backends refuse the same things.
+
+Backends call these before anything reaches their engine: a vector with NaN
+that a database silently stores (and then ranks first) is a bug we never let
+through, whatever the engine would do with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeAlias
+from uuid import UUID
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.errors import (
+    DimensionMismatchError,
+    InvalidIdError,
+    InvalidLimitError,
+    InvalidRecordError,
+    InvalidVectorError,
+    RecordTooLargeError,
+    ScopeError,
+)
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+
+Vector: TypeAlias = Sequence[float] | npt.NDArray[np.floating]
+"""A vector as callers pass it: a list of floats or a 1-d numpy array."""
+
+Matrix: TypeAlias = npt.NDArray[np.float32]
+
+MAX_RECORD_BYTES = 1_048_576
+"""The largest serialised record (JSON, UTF-8) a store accepts: 1 MiB."""
+
+DEFAULT_LIMIT = 10
+"""How many hits :meth:`Store.search` returns unless told otherwise."""
+
+MAX_LIMIT = 10_000
+"""The largest ``limit`` any read accepts."""
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_scope(scope: Scope) -> Scope:
+    """Check that ``scope`` is a :class:`Scope` (possibly :meth:`Scope.everything`)."""
+    if not isinstance(scope, Scope):
+        raise ScopeError(f"scope must be a memcore Scope, got {type(scope).__name__}")
+    return scope
+
+
+def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """Check a batch of records to write and return it as a list.
+
+    :raises InvalidRecordError: for a non-record, a repeated id within the batch.
+    :raises RecordTooLargeError: for a record over :data:`MAX_RECORD_BYTES`.
+    :raises ScopeError: for a record whose scope is :meth:`Scope.everything`.
+    """
+    if isinstance(records, MemoryRecord) or not isinstance(records, Sequence):
+        raise InvalidRecordError("add() takes a sequence of MemoryRecord")
+    seen: set[UUID] = set()
+    for record in records:
+        if not isinstance(record, MemoryRecord):
+            raise InvalidRecordError(f"expected MemoryRecord, got {type(record).__name__}")
+        if record.scope.is_everything:
+            raise ScopeError("a record needs a concrete scope, not Scope.everything()")
+        if record.id in seen:
+            raise InvalidRecordError(f"record id {record.id} appears twice in one batch")
+        seen.add(record.id)
+        size = len(record.model_dump_json().encode())
+        if size > MAX_RECORD_BYTES:
+            raise RecordTooLargeError(
+                f"record {record.id} is {size} bytes serialised; the limit is {MAX_RECORD_BYTES}"
+            )
+    return list(records)
+
+
+def check_vectors(vectors: Sequence[Vector] | Matrix, count: int, dimension: int | None) -> Matrix:
+    """Check vectors to write and return them as a C-contiguous float32 matrix.
+
+    :param vectors: one vector per record.
+    :param count: how many records they belong to.
+    :param dimension: the store's dimension, or ``None`` if it has none yet.
+    :raises InvalidVectorError: for a count mismatch, ragged or empty vectors, NaN,
+        infinities, values beyond float32 or all-zero vectors (cosine is undefined).
+    :raises DimensionMismatchError: if the dimension differs from the store's.
+    """
+    if len(vectors) != count:
+        raise InvalidVectorError(f"got {len(vectors)} vectors for {count} records")
+    if count == 0:
+        return np.zeros((0, dimension or 0), dtype=np.float32)
+    try:
+        matrix = np.asarray(vectors, dtype=np.float64)
+    except (ValueError, TypeError) as exc:
+        raise InvalidVectorError(f"vectors must be equal-length sequences of numbers: {exc}") from None
+    if matrix.ndim != 2:
+        raise InvalidVectorError(f"expected one 1-d vector per record, got shape {matrix.shape}")
+    return _check_matrix(matrix, dimension)
+
+
+def check_query_vector(vector: Vector, dimension: int | None) -> Matrix:
+    """Check one query vector; return it as a (1, d) float32 matrix (see :func:`check_vectors`)."""
+    try:
+        array = np.asarray(vector, dtype=np.float64)
+    except (ValueError, TypeError) as exc:
+        raise InvalidVectorError(f"a query vector is a sequence of numbers: {exc}") from None
+    if array.ndim != 1:
+        raise InvalidVectorError(f"a query vector is 1-d, got shape {array.shape}")
+    return _check_matrix(array.reshape(1, -1), dimension)
+
+
+def _check_matrix(matrix: npt.NDArray[np.float64], dimension: int | None) -> Matrix:
+    if matrix.shape[1] == 0:
+        raise InvalidVectorError("vectors must not be empty")
+    if dimension is not None and matrix.shape[1] != dimension:
+        raise DimensionMismatchError(
+            f"vector dimension {matrix.shape[1]} does not match the store's dimension {dimension}"
+        )
+    if not np.isfinite(matrix).all():
+        raise InvalidVectorError("vectors must not contain NaN or infinity")
+    if (np.abs(matrix) > _FLOAT32_MAX).any():
+        raise InvalidVectorError("vector values must fit in float32")
+    result = np.ascontiguousarray(matrix, dtype=np.float32)
+    if not (np.abs(result).max(axis=1) > 0).all():
+        raise InvalidVectorError("all-zero vectors have no direction; cosine similarity is undefined")
+    return result
+
+
+def normalize_rows(matrix: Matrix) -> Matrix:
+    """Rows scaled to unit length (for cosine similarity as a dot product).
+
+    Computed in float64 so that vectors whose squares overflow float32 still
+    normalise correctly.
+    """
+    wide = matrix.astype(np.float64)
+    norms = np.linalg.norm(wide, axis=1, keepdims=True)
+    return np.ascontiguousarray(wide / norms, dtype=np.float32)
+
+
+def check_ids(ids: Sequence[UUID | str]) -> list[UUID]:
+    """Parse record ids.
+
+    :raises InvalidIdError: for anything that is not a UUID or a UUID string.
+    """
+    if isinstance(ids, str | UUID) or not isinstance(ids, Sequence):
+        raise InvalidIdError("ids must be a sequence of UUIDs")
+    parsed: list[UUID] = []
+    for value in ids:
+        if isinstance(value, UUID):
+            parsed.append(value)
+            continue
+        if not isinstance(value, str):
+            raise InvalidIdError(f"record ids are UUIDs, got {type(value).__name__}")
+        try:
+            parsed.append(UUID(value))
+        except ValueError:
+            raise InvalidIdError(f"malformed record id {value!r}: expected a UUID") from None
+    return parsed
+
+
+def check_limit(limit: int | None, *, required: bool) -> int | None:
+    """Check a ``limit`` argument: a positive int up to :data:`MAX_LIMIT`.
+
+    :param required: whether ``None`` (no limit) is refused.
+    :raises InvalidLimitError: otherwise.
+    """
+    if limit is None and not required:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidLimitError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
+    return limit
