@@ -27,6 +27,7 @@ from memcore.validation import (
     DEFAULT_LIMIT,
     Matrix,
     Vector,
+    Vectors,
     check_ids,
     check_limit,
     check_query_vector,
@@ -71,7 +72,7 @@ class Store(Protocol):
         """The vector dimension, fixed by the first vector written (``None`` before)."""
         ...
 
-    def add(self, records: Sequence[MemoryRecord], vectors: Sequence[Vector] | None = None) -> None:
+    def add(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
         """Insert or replace records (by id), each with its vector if ``vectors`` is given."""
         ...
 
@@ -172,7 +173,7 @@ class BaseStore(ABC):
     def dimension(self) -> int | None:
         """The vector dimension, fixed by the first vector written (``None`` before)."""
 
-    def add(self, records: Sequence[MemoryRecord], vectors: Sequence[Vector] | None = None) -> None:
+    def add(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
         """Insert or replace records by id, each with its vector when ``vectors`` is given.
 
         Replacing a record replaces its vector too (none if ``vectors`` is omitted).

@@ -29,6 +29,9 @@ from memcore.scope import Scope
 Vector: TypeAlias = Sequence[float] | npt.NDArray[np.floating]
 """A vector as callers pass it: a list of floats or a 1-d numpy array."""
 
+Vectors: TypeAlias = Sequence[Vector] | npt.NDArray[np.floating]
+"""Vectors as callers pass them: a sequence of vectors or a 2-d numpy array."""
+
 Matrix: TypeAlias = npt.NDArray[np.float32]
 
 MAX_RECORD_BYTES = 1_048_576
@@ -76,7 +79,7 @@ def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     return list(records)
 
 
-def check_vectors(vectors: Sequence[Vector] | Matrix, count: int, dimension: int | None) -> Matrix:
+def check_vectors(vectors: Vectors, count: int, dimension: int | None) -> Matrix:
     """Check vectors to write and return them as a C-contiguous float32 matrix.
 
     :param vectors: one vector per record.

@@ -1,0 +1,67 @@
+"""The store conformance suite, as pytest mixins.
+
+Every backend, built-in or plugin, runs all of it against the real engine::
+
+    import pytest
+    from memcore.testing import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        def store_factory(self, tmp_path):
+            return lambda: MyStore(tmp_path / "store")   # same location on every call
+
+A backend opts out of a test only where it lacks a capability, and the skip
+names that capability. Install with ``pip install memcore[testing]``.
+"""
+
+from memcore.testing.filter_tests import DifferentialFilterTests, FilterTests
+from memcore.testing.helpers import StoreFactory, StoreFixtures
+from memcore.testing.safety_tests import BadInputTests, ClosedStoreTests, ScopeIsolationTests
+from memcore.testing.store_tests import (
+    AddTests,
+    ConcurrencyTests,
+    CountTests,
+    DeleteTests,
+    GetTests,
+    ListTests,
+    PersistenceTests,
+    SearchTests,
+)
+
+
+class StoreConformance(
+    AddTests,
+    GetTests,
+    ListTests,
+    SearchTests,
+    CountTests,
+    DeleteTests,
+    FilterTests,
+    DifferentialFilterTests,
+    ScopeIsolationTests,
+    BadInputTests,
+    ClosedStoreTests,
+    PersistenceTests,
+    ConcurrencyTests,
+):
+    """Every conformance test. Subclass it and override the ``store_factory`` fixture."""
+
+
+__all__ = [
+    "AddTests",
+    "BadInputTests",
+    "ClosedStoreTests",
+    "ConcurrencyTests",
+    "CountTests",
+    "DeleteTests",
+    "DifferentialFilterTests",
+    "FilterTests",
+    "GetTests",
+    "ListTests",
+    "PersistenceTests",
+    "ScopeIsolationTests",
+    "SearchTests",
+    "StoreConformance",
+    "StoreFactory",
+    "StoreFixtures",
+]
