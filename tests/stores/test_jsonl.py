@@ -1,0 +1,270 @@
+"""What the jsonl store promises beyond the conformance suite: files, crashes, locks, erasure."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore.errors import StoreCorruptedError, StoreLockedError
+from memcore.scope import Scope
+from memcore.stores.jsonl import AUTO_COMPACT_DEAD_LINES, JsonlStore
+from memcore.testing.helpers import make_record, random_vectors
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted(root.glob("scopes/*/entries.jsonl"))
+
+
+def _all_bytes(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file())
+
+
+def test_files_are_private(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with JsonlStore(root) as store:
+        store.add([make_record(Scope(tenant="t"))], random_vectors(1))
+    for path in [root, *root.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), path
+
+
+def test_one_folder_per_scope_named_by_digest(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    scopes = [Scope(tenant="t", user_id="u1"), Scope(tenant="t", user_id="u2")]
+    with JsonlStore(root) as store:
+        for scope in scopes:
+            store.add([make_record(scope)])
+    assert {p.name for p in (root / "scopes").iterdir()} == {s.digest() for s in scopes}
+    meta = json.loads((root / "scopes" / scopes[0].digest() / "meta.json").read_text())
+    assert meta["scope"] == scopes[0].model_dump()
+
+
+def test_vectors_are_stored_compactly(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with JsonlStore(root) as store:
+        store.add([make_record(Scope(tenant="t"), "x")], random_vectors(1, dim=384))
+    [log] = _entries(root)
+    line = log.read_text()
+    assert "[0." not in line and "e-0" not in line
+    assert len(line) < 384 * 4 * 4 // 3 + 700
+
+
+def _store_with_records(root: Path, count: int = 3) -> list[str]:
+    scope = Scope(tenant="t")
+    with JsonlStore(root) as store:
+        for i in range(count):
+            store.add([make_record(scope, f"acknowledged {i}")], random_vectors(1, seed=i))
+    return [f"acknowledged {i}" for i in range(count)]
+
+
+def _contents(root: Path) -> list[str]:
+    with JsonlStore(root) as store:
+        return [r.message.content for r in store.list(Scope(tenant="t"))]
+
+
+def test_torn_last_record_at_every_offset_loses_only_that_record(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    contents = _store_with_records(root)
+    [log] = _entries(root)
+    intact = log.read_bytes()
+    last_line_start = intact.rstrip(b"\n").rfind(b"\n") + 1
+    for offset in range(last_line_start, len(intact)):
+        log.write_bytes(intact[:offset])
+        with JsonlStore(root) as store:
+            assert [r.message.content for r in store.list(Scope(tenant="t"))] == contents[:-1], offset
+            assert store.skipped_lines() == (0 if offset == last_line_start else 1)
+    log.write_bytes(intact)
+    assert _contents(root) == contents
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"garbage", b"garbage\n", b'{"op":"put"', b"\x00\x00\x00\n", b'{"op":"del","seq":99}\n', b"\n\n"],
+    ids=["text", "text-newline", "json-start", "nul-bytes", "json-without-crc", "blank-lines"],
+)
+def test_garbage_tail_is_skipped_counted_and_writes_continue(tmp_path: Path, tail: bytes) -> None:
+    root = tmp_path / "store"
+    contents = _store_with_records(root)
+    [log] = _entries(root)
+    with log.open("ab") as handle:
+        handle.write(tail)
+    with JsonlStore(root) as store:
+        assert store.skipped_lines() == tail.count(b"\n") + (not tail.endswith(b"\n"))
+        store.add([make_record(Scope(tenant="t"), "after the crash")])
+    assert _contents(root) == [*contents, "after the crash"]
+
+
+def test_an_incomplete_batch_is_invisible(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    scope = Scope(tenant="t")
+    with JsonlStore(root) as store:
+        store.add([make_record(scope, "single")])
+        store.add([make_record(scope, f"batch {i}") for i in range(3)])
+    [log] = _entries(root)
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:-1]))
+    with JsonlStore(root) as store:
+        assert [r.message.content for r in store.list(scope)] == ["single"]
+        assert store.skipped_lines() == 2
+
+
+def test_corrupt_root_meta_is_a_typed_error(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store_with_records(root, 1)
+    (root / "meta.json").write_text("{not json")
+    with pytest.raises(StoreCorruptedError):
+        JsonlStore(root)
+    (root / "meta.json").write_text(json.dumps({"format": "other", "schema_version": 1}))
+    with pytest.raises(StoreCorruptedError):
+        JsonlStore(root)
+
+
+def test_corrupt_scope_meta_is_a_typed_error(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store_with_records(root, 1)
+    [log] = _entries(root)
+    (log.parent / "meta.json").write_text("[]")
+    with pytest.raises(StoreCorruptedError):
+        JsonlStore(root)
+
+
+def test_second_opener_in_this_process_is_refused(tmp_path: Path) -> None:
+    with JsonlStore(tmp_path / "store"), pytest.raises(StoreLockedError):
+        JsonlStore(tmp_path / "store")
+    JsonlStore(tmp_path / "store").close()
+
+
+_HOLD_OPEN = textwrap.dedent(
+    """
+    import sys, time
+    from memcore.stores.jsonl import JsonlStore
+    store = JsonlStore(sys.argv[1])
+    print("open", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_second_process_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_OPEN, str(root)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        with pytest.raises(StoreLockedError, match=str(holder.pid)):
+            JsonlStore(root)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    JsonlStore(root).close()
+
+
+_CRASHING_WRITER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from memcore.records import MemoryRecord, Message
+    from memcore.scope import Scope
+    from memcore.stores.jsonl import JsonlStore
+    store = JsonlStore(sys.argv[1])
+    rng = np.random.default_rng(int(sys.argv[2]))
+    batch = 0
+    while True:
+        records = [
+            MemoryRecord(
+                scope=Scope(tenant="t", user_id=f"u{i % 3}"),
+                message=Message(role="user", content=f"{sys.argv[2]}-{batch}-{i}"),
+            )
+            for i in range(5)
+        ]
+        store.add(records, rng.standard_normal((5, 16)))
+        print(" ".join(str(r.id) for r in records), flush=True)
+        batch += 1
+    """
+)
+
+
+def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    acknowledged: set[str] = set()
+    for round_number in range(4):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _CRASHING_WRITER, str(root), str(round_number)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout is not None
+        for _ in range(5 + 7 * round_number):
+            acknowledged.update(writer.stdout.readline().split())
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        acknowledged.update(writer.stdout.read().split())
+        with JsonlStore(root) as store:
+            stored = store.list(Scope(tenant="t"))
+            stored_ids = [str(r.id) for r in stored]
+            assert acknowledged <= set(stored_ids)
+            assert len(stored_ids) == len(set(stored_ids))
+            # A batch is atomic per scope: each (batch, user) part is whole or absent.
+            parts: dict[tuple[str, str | None], int] = {}
+            for record in stored:
+                key = (record.message.content.rsplit("-", 1)[0], record.scope.user_id)
+                parts[key] = parts.get(key, 0) + 1
+            full = {"u0": 2, "u1": 2, "u2": 1}
+            assert all(count == full[str(user)] for (_, user), count in parts.items())
+
+
+def test_purge_leaves_no_deleted_content_or_vector_on_disk(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    scope, gone_scope = Scope(tenant="t"), Scope(tenant="t", user_id="leaving")
+    keep = make_record(scope, "keep me")
+    secret = make_record(scope, "SECRET-CONTENT-1234")
+    leaving = make_record(gone_scope, "ANOTHER-SECRET-5678")
+    vectors = random_vectors(3, seed=42)
+    with JsonlStore(root) as store:
+        store.add([keep, secret], vectors[:2])
+        store.add([leaving], vectors[2:])
+        store.delete(scope, [secret.id])
+        store.delete_where(gone_scope, {})
+        assert b"SECRET-CONTENT-1234" in _all_bytes(root)
+        store.purge()
+        assert store.list(Scope.everything()) == [keep]
+    on_disk = _all_bytes(root)
+    for needle in (b"SECRET-CONTENT-1234", b"ANOTHER-SECRET-5678", str(secret.id).encode(), b"leaving"):
+        assert needle not in on_disk
+    for row in (1, 2):
+        unit = (vectors[row] / np.linalg.norm(vectors[row])).astype("<f4").tobytes()
+        assert base64.b64encode(unit) not in on_disk
+    assert not (root / "scopes" / gone_scope.digest()).exists()
+    assert _contents(root) == ["keep me"]
+
+
+def test_logs_are_compacted_automatically(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    scope = Scope(tenant="t")
+    record = make_record(scope, "rewritten")
+    with JsonlStore(root) as store:
+        for _ in range(AUTO_COMPACT_DEAD_LINES + 10):
+            store.add([record])
+        [log] = _entries(root)
+        assert len(log.read_bytes().splitlines()) < AUTO_COMPACT_DEAD_LINES
+    assert _contents(root) == ["rewritten"]
+
+
+def test_from_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    JsonlStore.from_url(f"jsonl://{tmp_path}/absolute").close()
+    assert (tmp_path / "absolute" / "meta.json").exists()
+    monkeypatch.chdir(tmp_path)
+    JsonlStore.from_url("jsonl://relative/store").close()
+    assert (tmp_path / "relative" / "store" / "meta.json").exists()
+    assert os.stat(tmp_path / "relative" / "store").st_mode & 0o077 == 0
