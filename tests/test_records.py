@@ -1,0 +1,149 @@
+"""Records, messages and scopes: validation and exact round-trips."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from memcore.errors import InvalidRecordError, ScopeError
+from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall, utc_now
+from memcore.scope import Scope
+
+
+def _call() -> ToolCall:
+    return ToolCall(id="call_1", function=FunctionCall(name="weather", arguments='{"city": "Oslo"}'))
+
+
+def test_record_round_trips_through_dict_and_json() -> None:
+    record = MemoryRecord(
+        scope=Scope(tenant="acme", user_id="u-1", agent_id="a@b", session_id="s:1"),
+        message=Message(role="assistant", content="", tool_calls=(_call(),)),
+        metadata={"n": 2**63 - 1, "x": 0.1, "flag": False, "tags": ["a"], "s": ""},
+        kind="turn",
+    )
+    assert MemoryRecord.model_validate(record.model_dump()) == record
+    assert MemoryRecord.model_validate_json(record.model_dump_json()) == record
+    assert MemoryRecord.model_validate(json.loads(record.model_dump_json())) == record
+
+
+def test_metadata_types_are_kept() -> None:
+    record = MemoryRecord(
+        scope=Scope(tenant="t"),
+        message=Message(role="user", content="x"),
+        metadata={"i": 1, "f": 1.0, "b": True, "s": "1"},
+    )
+    restored = MemoryRecord.model_validate_json(record.model_dump_json())
+    assert [type(restored.metadata[k]) for k in ("i", "f", "b", "s")] == [int, float, bool, str]
+
+
+def test_to_openai() -> None:
+    assert Message(role="user", content="hi", name="ann").to_openai() == {
+        "role": "user",
+        "content": "hi",
+        "name": "ann",
+    }
+    assistant = Message(role="assistant", content="", tool_calls=(_call(),)).to_openai()
+    assert assistant["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+    ]
+    assert Message(role="tool", content="12C", tool_call_id="call_1").to_openai() == {
+        "role": "tool",
+        "content": "12C",
+        "tool_call_id": "call_1",
+    }
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"role": "robot", "content": "x"},
+        {"role": "tool", "content": "x"},
+        {"role": "user", "content": "x", "tool_call_id": "c"},
+        {"role": "user", "content": "x", "tool_calls": [_call().model_dump()]},
+        {"role": "user", "content": None},
+        {"role": "user", "content": "x", "extra": 1},
+    ],
+)
+def test_invalid_messages(fields: dict[str, object]) -> None:
+    with pytest.raises(InvalidRecordError):
+        Message.model_validate(fields)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"bad key": 1},
+        {"1starts_with_digit": 1},
+        {"k" * 65: 1},
+        {"nested": {"a": 1}},
+        {"n": 2**63},
+        {"n": -(2**63) - 1},
+        {"f": float("nan")},
+        {"f": float("inf")},
+        {"l": [1, 2]},
+        {"none": None},
+    ],
+)
+def test_invalid_metadata(metadata: dict[str, object]) -> None:
+    with pytest.raises(InvalidRecordError):
+        MemoryRecord(scope=Scope(tenant="t"), message=Message(role="user", content="x"), metadata=metadata)  # type: ignore[arg-type]
+
+
+def test_created_at_is_utc_and_must_be_aware() -> None:
+    oslo = timezone(timedelta(hours=1))
+    record = MemoryRecord(
+        scope=Scope(tenant="t"),
+        message=Message(role="user", content="x"),
+        created_at=datetime(2026, 5, 1, 13, 0, tzinfo=oslo),
+    )
+    assert record.created_at == datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    assert record.created_at.tzinfo is UTC
+    with pytest.raises(InvalidRecordError):
+        MemoryRecord(
+            scope=Scope(tenant="t"),
+            message=Message(role="user", content="x"),
+            created_at=datetime(2026, 1, 1),
+        )
+
+
+def test_default_timestamps_strictly_increase() -> None:
+    stamps = [utc_now() for _ in range(10_000)]
+    assert all(a < b for a, b in zip(stamps, stamps[1:], strict=False))
+
+
+def test_invalid_kind() -> None:
+    with pytest.raises(InvalidRecordError):
+        MemoryRecord(scope=Scope(tenant="t"), message=Message(role="user", content="x"), kind="Not Valid")
+
+
+def test_scope_matching() -> None:
+    record_scope = Scope(tenant="t", user_id="u", session_id="s")
+    assert Scope(tenant="t").matches(record_scope)
+    assert Scope(tenant="t", user_id="u", session_id="s").matches(record_scope)
+    assert not Scope(tenant="t", agent_id="a").matches(record_scope)
+    assert not Scope(tenant="other").matches(record_scope)
+    assert Scope.everything().matches(record_scope)
+    assert Scope.everything().is_everything and not record_scope.is_everything
+
+
+@pytest.mark.parametrize("value", ["", ".", "..", "...", "a/b", "../etc", "a b", "é", "x" * 129, "a\x00"])
+def test_scope_values_are_validated(value: str) -> None:
+    with pytest.raises(ScopeError):
+        Scope(user_id=value)
+
+
+def test_empty_scope_is_refused_and_records_need_a_concrete_one() -> None:
+    with pytest.raises(ScopeError):
+        Scope()
+    with pytest.raises(ScopeError):
+        MemoryRecord(scope={}, message=Message(role="user", content="x"))  # type: ignore[arg-type]
+
+
+def test_scope_digest_is_stable_and_distinct() -> None:
+    assert Scope(tenant="t", user_id="u").digest() == Scope(user_id="u", tenant="t").digest()
+    assert Scope(tenant="t", user_id="u").digest() != Scope(tenant="t", agent_id="u").digest()
+    # Folder names on disk depend on this exact encoding: changing it orphans stored data.
+    assert Scope(tenant="t").digest() == hashlib.sha256(b'["t",null,null,null]').hexdigest()[:32]
