@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -111,7 +112,7 @@ def test_created_at_is_utc_and_must_be_aware() -> None:
 
 def test_default_timestamps_strictly_increase() -> None:
     stamps = [utc_now() for _ in range(10_000)]
-    assert all(a < b for a, b in zip(stamps, stamps[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(stamps))
 
 
 def test_invalid_kind() -> None:
