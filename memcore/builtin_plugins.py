@@ -1,0 +1,33 @@
+"""memcore's own stores and embedders, registered through the public hooks.
+
+Built-ins go through exactly the hooks a third-party plugin implements, so the
+registry has one code path and ``memcore plugins`` lists them like any other.
+Store modules are imported inside the hooks: loading plugins must not import
+every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from memcore.embedders.base import Embedder
+from memcore.hookspecs import hookimpl
+from memcore.store import BaseStore
+
+
+@hookimpl
+def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None:
+    """Register ``memory://`` and ``jsonl://``."""
+    from memcore.stores.jsonl import JsonlStore
+    from memcore.stores.memory import MemoryStore
+
+    register(MemoryStore)
+    register(JsonlStore)
+
+
+@hookimpl
+def memcore_register_embedders(register: Callable[[str, Callable[..., Embedder]], None]) -> None:
+    """Register the ``hash`` embedder."""
+    from memcore.embedders.hashing import HashEmbedder
+
+    register(HashEmbedder.name, HashEmbedder)

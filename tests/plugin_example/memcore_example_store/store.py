@@ -1,0 +1,146 @@
+"""``example://``: records in a dict, vectors in a dict, brute-force cosine search.
+
+Written only against memcore's public API, as a third-party plugin would be:
+:class:`~memcore.store.BaseStore` validates every argument and hands over
+clean input (unit-length float32 vectors, parsed filters, UTC datetimes); this
+class stores it, applies the scope and evaluates filters with the reference
+evaluator.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import ClassVar, Self
+from uuid import UUID
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError
+from memcore.filters import Filter, evaluate
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
+from memcore.store import BaseStore, Capabilities, Order, text_matches
+from memcore.validation import Matrix
+
+
+def _order_key(record: MemoryRecord) -> tuple[datetime, UUID]:
+    return record.created_at, record.id
+
+
+class ExampleStore(BaseStore):
+    """An in-process store, lost when the process ends. Safe to share between threads."""
+
+    name: ClassVar[str] = "example"
+    schemes: ClassVar[tuple[str, ...]] = ("example",)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.RLock()
+        self._records: dict[UUID, MemoryRecord] = {}
+        self._vectors: dict[UUID, npt.NDArray[np.float32]] = {}
+        self._dimension: int | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open a new, empty store; the URL is just ``example://``."""
+        if url != "example://":
+            raise InvalidInputError(f"the example store's URL is just 'example://', got {url!r}")
+        return cls()
+
+    @property
+    def dimension(self) -> int | None:
+        with self._lock:
+            return self._dimension
+
+    def _visible(self, scope: Scope, node: Filter | None) -> list[MemoryRecord]:
+        return [r for r in self._records.values() if scope.matches(r.scope) and evaluate(node, r)]
+
+    def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
+        with self._lock:
+            # BaseStore checked the dimension before taking the lock; another
+            # thread may have fixed a different one since.
+            if vectors is not None and self._dimension not in (None, vectors.shape[1]):
+                raise DimensionMismatchError(
+                    f"vector dimension {vectors.shape[1]} does not match the store's {self._dimension}"
+                )
+            for record in records:
+                existing = self._records.get(record.id)
+                if existing is not None and existing.scope.as_tuple() != record.scope.as_tuple():
+                    raise IdConflictError(
+                        f"record id {record.id} is already used by a record of another scope"
+                    )
+            if vectors is not None and self._dimension is None:
+                self._dimension = vectors.shape[1]
+            for row, record in enumerate(records):
+                self._records[record.id] = record
+                if vectors is None:
+                    self._vectors.pop(record.id, None)
+                else:
+                    self._vectors[record.id] = vectors[row].copy()
+
+    def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
+        with self._lock:
+            found = (self._records.get(record_id) for record_id in ids)
+            return [r for r in found if r is not None and scope.matches(r.scope)]
+
+    def _list(
+        self,
+        scope: Scope,
+        node: Filter | None,
+        order: Order,
+        limit: int | None,
+        before: datetime | None,
+        after: datetime | None,
+    ) -> list[MemoryRecord]:
+        with self._lock:
+            records = [
+                r
+                for r in self._visible(scope, node)
+                if (after is None or r.created_at > after) and (before is None or r.created_at < before)
+            ]
+        records.sort(key=_order_key, reverse=order == "desc")
+        return records if limit is None else records[:limit]
+
+    def _search(
+        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
+    ) -> list[ScoredRecord]:
+        with self._lock:
+            candidates = [
+                r for r in self._visible(scope, node) if text is None or text_matches(text, r.message.content)
+            ]
+            if query is None:
+                candidates.sort(key=_order_key, reverse=True)
+                return [ScoredRecord(record=r, score=1.0) for r in candidates[:limit]]
+            candidates = sorted((r for r in candidates if r.id in self._vectors), key=_order_key)
+            if not candidates:
+                return []
+            matrix = np.stack([self._vectors[r.id] for r in candidates])
+        scores = np.clip(matrix.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
+        best = np.argsort(-scores, kind="stable")[:limit]
+        return [ScoredRecord(record=candidates[i], score=float(scores[i])) for i in best]
+
+    def _count(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock:
+            return len(self._visible(scope, node))
+
+    def _delete(self, scope: Scope, ids: list[UUID]) -> int:
+        with self._lock:
+            return self._remove(self._get(scope, ids))
+
+    def _delete_where(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock:
+            return self._remove(self._visible(scope, node))
+
+    def _remove(self, records: list[MemoryRecord]) -> int:
+        for record in records:
+            del self._records[record.id]
+            self._vectors.pop(record.id, None)
+        return len(records)
+
+    def _close(self) -> None:
+        with self._lock:
+            self._records.clear()
+            self._vectors.clear()

@@ -1,0 +1,54 @@
+"""The README and the commands it promises stay true."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _python_block(after_heading: str) -> str:
+    section = README.split(after_heading, 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, f"no python block after {after_heading!r}"
+    return match.group(1)
+
+
+def test_first_screen_gives_the_two_commands() -> None:
+    first_screen = "\n".join(README.splitlines()[:20])
+    assert "make demo" in first_screen and "make test" in first_screen
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if not line.startswith("#")]
+    assert "make test" in lines
+
+
+def test_make_test_runs_lint_types_and_pytest() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: check pytest$", makefile, re.M)
+    assert "mypy memcore" in makefile and "ruff check" in makefile and "-m pytest" in makefile
+
+
+def test_quickstart_code_runs(tmp_path: Path) -> None:
+    code = _python_block("## Quickstart").replace("/tmp/memories", str(tmp_path / "memories"))
+    exec(compile(code, "README quickstart", "exec"), {})
+    assert (tmp_path / "memories" / "meta.json").exists()
+
+
+def test_the_main_job_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "'alice' asks 'what is my pet called?' -> 'My cat is called Mochi.'" in result.stdout
+    assert "'bob' asks 'what is my pet called?' -> 'My dog is called Rex.'" in result.stdout
+    assert "alice has 2 memories, bob has 3" in result.stdout
+    assert "get  : []" in result.stdout and "text : []" in result.stdout
