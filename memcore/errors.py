@@ -68,6 +68,14 @@ class InvalidLimitError(InvalidInputError):
     """A ``limit`` is not a positive integer within the allowed maximum."""
 
 
+class ContextBudgetError(InvalidInputError):
+    """A token budget cannot be met: it is not positive, or the pinned system message alone exceeds it."""
+
+
+class EmbedderMismatchError(InvalidInputError):
+    """An embedder differs (by name or dimension) from the one the store's vectors came from."""
+
+
 class StoreError(MemcoreError):
     """The store could not perform the operation."""
 
