@@ -11,6 +11,7 @@ hands the backend clean, parsed input through a small set of ``_methods``.
 from __future__ import annotations
 
 import builtins
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from types import TracebackType
 from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID
 
-from memcore.errors import InvalidInputError, StoreClosedError
+from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreClosedError
 from memcore.filters import Filter, FilterSpec, parse_filter
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
@@ -54,6 +55,14 @@ class Capabilities:
     ann: bool = False
     text_search: bool = True
     server: bool = False
+
+
+@dataclass(frozen=True)
+class VectorSpace:
+    """Where a store's vectors come from: the embedder's name and its dimension."""
+
+    embedder: str
+    dimension: int
 
 
 @runtime_checkable
@@ -121,6 +130,14 @@ class Store(Protocol):
         """Physically erase deleted records from everything the store persists."""
         ...
 
+    def vector_space(self) -> VectorSpace | None:
+        """The embedder the store's vectors come from, once one was bound."""
+        ...
+
+    def bind_vector_space(self, space: VectorSpace) -> None:
+        """Record the embedder of the store's vectors; refuse a different one."""
+        ...
+
     def close(self) -> None:
         """Release the store; later calls raise :class:`~memcore.errors.StoreClosedError`."""
         ...
@@ -162,6 +179,8 @@ class BaseStore(ABC):
 
     def __init__(self) -> None:
         self._closed = False
+        self._binding_lock = threading.Lock()
+        self._bound_space: VectorSpace | None = None
 
     @classmethod
     @abstractmethod
@@ -187,7 +206,7 @@ class BaseStore(ABC):
         batch = check_records(records)
         matrix = None
         if vectors is not None:
-            matrix = normalize_rows(check_vectors(vectors, len(batch), self.dimension))
+            matrix = normalize_rows(check_vectors(vectors, len(batch), self._expected_dimension()))
         if batch:
             self._add(batch, matrix)
 
@@ -254,7 +273,9 @@ class BaseStore(ABC):
             raise InvalidInputError("search needs a vector, a text, or both; use list() to browse")
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise InvalidInputError(f"text must be a non-empty string, got {text!r}")
-        query = None if vector is None else normalize_rows(check_query_vector(vector, self.dimension))
+        query = (
+            None if vector is None else normalize_rows(check_query_vector(vector, self._expected_dimension()))
+        )
         node = parse_filter(filter)
         bounded = check_limit(limit, required=True)
         assert bounded is not None
@@ -297,6 +318,41 @@ class BaseStore(ABC):
         """
         self._check_open()
 
+    def vector_space(self) -> VectorSpace | None:
+        """The embedder the store's vectors come from, once :meth:`bind_vector_space` was called."""
+        self._check_open()
+        return self._load_vector_space()
+
+    def bind_vector_space(self, space: VectorSpace) -> None:
+        """Record which embedder the store's vectors come from, or check that it is the same.
+
+        Memories call this with their embedder, so that vectors of two embedders
+        are never mixed in one store (their similarities would be meaningless).
+        Durable stores persist the binding.
+
+        :raises EmbedderMismatchError: if the store is bound to another embedder,
+            or already holds vectors of another dimension.
+        """
+        self._check_open()
+        if not isinstance(space.dimension, int) or space.dimension < 1 or not space.embedder:
+            raise InvalidInputError(f"invalid vector space {space!r}")
+        with self._binding_lock:
+            current = self._load_vector_space()
+            if current == space:
+                return
+            if current is not None:
+                raise EmbedderMismatchError(
+                    f"the {self.name} store holds vectors of the embedder {current.embedder!r} "
+                    f"({current.dimension} dimensions), not {space.embedder!r} ({space.dimension}); "
+                    "use a store of its own for another embedder, or migrate and re-embed"
+                )
+            if self.dimension is not None and self.dimension != space.dimension:
+                raise EmbedderMismatchError(
+                    f"the {self.name} store holds {self.dimension}-dimensional vectors; "
+                    f"the embedder {space.embedder!r} makes {space.dimension}"
+                )
+            self._save_vector_space(space)
+
     def close(self) -> None:
         """Release the store. Idempotent; any other call afterwards raises StoreClosedError."""
         if not self._closed:
@@ -316,9 +372,22 @@ class BaseStore(ABC):
     ) -> None:
         self.close()
 
+    def _expected_dimension(self) -> int | None:
+        if self.dimension is not None:
+            return self.dimension
+        space = self._load_vector_space()
+        return None if space is None else space.dimension
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"the {self.name} store is closed")
+
+    def _load_vector_space(self) -> VectorSpace | None:
+        """The bound vector space; durable stores override both methods to persist it."""
+        return self._bound_space
+
+    def _save_vector_space(self, space: VectorSpace) -> None:
+        self._bound_space = space
 
     @abstractmethod
     def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None: ...

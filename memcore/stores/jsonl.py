@@ -44,7 +44,7 @@ from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError, S
 from memcore.filters import Filter
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
-from memcore.store import BaseStore, Capabilities, Order
+from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.stores import jsonl_log
 from memcore.stores.scoped_index import ScopedIndex
 from memcore.validation import Matrix
@@ -102,6 +102,7 @@ class JsonlStore(BaseStore):
         self._lock = threading.RLock()
         self._logs: dict[tuple[str | None, ...], _ScopeLog] = {}
         self._next_seq = 1
+        self._space: VectorSpace | None = None
         try:
             if not self.path.exists():
                 self.path.mkdir(mode=jsonl_log.DIR_MODE, parents=True)
@@ -159,9 +160,13 @@ class JsonlStore(BaseStore):
                 f"{meta_path} is not a {FORMAT} v{SCHEMA_VERSION} store "
                 f"(format={meta.get('format')!r}, schema_version={meta.get('schema_version')!r})"
             )
-        stored = meta.get("dimension")
+        stored, embedder = meta.get("dimension"), meta.get("embedder")
         if stored is not None and (not isinstance(stored, int) or stored < 1):
             raise StoreCorruptedError(f"{meta_path} has an invalid dimension {stored!r}")
+        if embedder is not None:
+            if not isinstance(embedder, str) or stored is None:
+                raise StoreCorruptedError(f"{meta_path} has an invalid embedder {embedder!r}")
+            self._space = VectorSpace(embedder, stored)
         if dimension is not None and stored is not None and dimension != stored:
             raise InvalidInputError(f"the store at {self.path} has dimension {stored}, not {dimension}")
         if stored is None and dimension is not None:
@@ -170,8 +175,26 @@ class JsonlStore(BaseStore):
         return stored
 
     def _write_root_meta(self, dimension: int | None) -> None:
-        meta = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "dimension": dimension}
+        meta = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "dimension": dimension,
+            "embedder": None if self._space is None else self._space.embedder,
+        }
         jsonl_log.write_atomically(self.path / "meta.json", json.dumps(meta).encode())
+
+    def _load_vector_space(self) -> VectorSpace | None:
+        with self._lock:
+            return self._space
+
+    def _save_vector_space(self, space: VectorSpace) -> None:
+        with self._lock:
+            previous, self._space = self._space, space
+            try:
+                self._write_root_meta(space.dimension)
+            except BaseException:
+                self._space = previous
+                raise
 
     def _replay(self) -> None:
         latest: dict[UUID, tuple[jsonl_log.Operation, _ScopeLog]] = {}

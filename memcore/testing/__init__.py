@@ -26,6 +26,7 @@ from memcore.testing.store_tests import (
     ListTests,
     PersistenceTests,
     SearchTests,
+    VectorSpaceTests,
 )
 
 
@@ -43,6 +44,7 @@ class StoreConformance(
     ClosedStoreTests,
     PersistenceTests,
     ConcurrencyTests,
+    VectorSpaceTests,
 ):
     """Every conformance test. Subclass it and override the ``store_factory`` fixture."""
 
@@ -64,4 +66,5 @@ __all__ = [
     "StoreConformance",
     "StoreFactory",
     "StoreFixtures",
+    "VectorSpaceTests",
 ]

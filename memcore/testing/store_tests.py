@@ -14,10 +14,16 @@ from uuid import UUID
 import numpy as np
 import pytest
 
-from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError, InvalidRecordError
+from memcore.errors import (
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    IdConflictError,
+    InvalidInputError,
+    InvalidRecordError,
+)
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
-from memcore.store import Store
+from memcore.store import Store, VectorSpace
 from memcore.testing.helpers import (
     BASE_TIME,
     DIM,
@@ -423,3 +429,42 @@ class ConcurrencyTests(StoreFixtures):
         for index, scope in enumerate(scopes):
             contents = {r.message.content for r in store.list(scope)}
             assert contents == {f"w{index}-{n}" for n in range(per_writer)}
+
+
+class VectorSpaceTests(StoreFixtures):
+    """``bind_vector_space``: one embedder per store, remembered across reopen by durable stores."""
+
+    def test_binding_is_checked(self, store: Store) -> None:
+        assert store.vector_space() is None
+        store.bind_vector_space(VectorSpace("hash", DIM))
+        store.bind_vector_space(VectorSpace("hash", DIM))
+        assert store.vector_space() == VectorSpace("hash", DIM)
+        with pytest.raises(EmbedderMismatchError):
+            store.bind_vector_space(VectorSpace("other-model", DIM))
+        with pytest.raises(EmbedderMismatchError):
+            store.bind_vector_space(VectorSpace("hash", DIM * 2))
+
+    def test_binding_fixes_the_dimension_before_any_vector(self, store: Store) -> None:
+        store.bind_vector_space(VectorSpace("hash", DIM))
+        with pytest.raises(DimensionMismatchError):
+            store.add([make_record(new_scope())], random_vectors(1, dim=DIM + 1))
+        assert store.count(Scope.everything()) == 0
+
+    def test_binding_must_match_existing_vectors(self, store: Store) -> None:
+        store.add([make_record(new_scope())], random_vectors(1))
+        with pytest.raises(EmbedderMismatchError):
+            store.bind_vector_space(VectorSpace("hash", DIM + 1))
+        store.bind_vector_space(VectorSpace("hash", DIM))
+
+    def test_binding_survives_reopen(self, store: Store, store_factory: StoreFactory) -> None:
+        require_durable(store)
+        store.bind_vector_space(VectorSpace("hash", DIM))
+        reopened = reopen(store, store_factory)
+        try:
+            assert reopened.vector_space() == VectorSpace("hash", DIM)
+            with pytest.raises(EmbedderMismatchError):
+                reopened.bind_vector_space(VectorSpace("other-model", DIM))
+            with pytest.raises(DimensionMismatchError):
+                reopened.add([make_record(new_scope())], random_vectors(1, dim=DIM + 1))
+        finally:
+            reopened.close()
