@@ -47,6 +47,8 @@ COMPARISON_OPS: frozenset[str] = frozenset({"$eq", "$ne", "$in", "$nin", "$exist
 LOGICAL_OPS: frozenset[str] = frozenset({"$and", "$or", "$not"})
 ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
 METADATA_PREFIX = "metadata."
+MAX_DEPTH = 32
+"""How deeply filters may nest; deeper ones raise FilterError (they are not written by hand)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,47 +101,80 @@ def parse_filter(spec: FilterSpec | Filter | None) -> Filter | None:
     :returns: the AST, or ``None`` for ``None`` and ``{}`` (no filter).
     :raises FilterError: if the filter is malformed.
     """
-    if spec is None or isinstance(spec, Comparison | And | Or | Not):
-        return spec
+    if spec is None:
+        return None
+    if isinstance(spec, Comparison | And | Or | Not):
+        return _check_node(spec, 0)
     if not isinstance(spec, Mapping):
         raise FilterError(f"a filter is a dict, got {type(spec).__name__}")
     if not spec:
         return None
-    return _parse_document(spec)
+    return _parse_document(spec, 0)
 
 
-def _parse_document(spec: Any) -> Filter:
+def _check_depth(depth: int) -> int:
+    if depth > MAX_DEPTH:
+        raise FilterError(f"filters may nest at most {MAX_DEPTH} levels deep")
+    return depth + 1
+
+
+def _check_node(node: Any, depth: int) -> Filter:
+    """Validate an AST built by hand exactly as a dict filter is validated."""
+    depth = _check_depth(depth)
+    if isinstance(node, Comparison):
+        _check_field(node.field)
+        if node.op not in COMPARISON_OPS:
+            raise FilterError(f"{node.field}: unknown operator {node.op!r}")
+        value = (
+            list(node.value) if node.op in ("$in", "$nin") and isinstance(node.value, tuple) else node.value
+        )
+        checked = _comparison(node.field, node.op, value)
+        if checked != node:
+            raise FilterError(f"invalid comparison {node!r}; parse a dict filter instead")
+        return node
+    if isinstance(node, And | Or):
+        if not isinstance(node.clauses, tuple) or not node.clauses:
+            raise FilterError(f"{type(node).__name__} needs at least one clause")
+        return type(node)(tuple(_check_node(clause, depth) for clause in node.clauses))
+    if isinstance(node, Not):
+        return Not(_check_node(node.clause, depth))
+    raise FilterError(f"not a filter node: {node!r}")
+
+
+def _parse_document(spec: Any, depth: int) -> Filter:
+    depth = _check_depth(depth)
     if not isinstance(spec, Mapping) or not spec:
         raise FilterError(f"expected a non-empty filter dict, got {spec!r}")
-    clauses = [_parse_entry(key, value) for key, value in spec.items()]
+    clauses = [_parse_entry(key, value, depth) for key, value in spec.items()]
     return clauses[0] if len(clauses) == 1 else And(tuple(clauses))
 
 
-def _parse_entry(key: Any, value: Any) -> Filter:
+def _parse_entry(key: Any, value: Any, depth: int) -> Filter:
     if not isinstance(key, str):
         raise FilterError(f"filter keys are strings, got {key!r}")
     if key in ("$and", "$or"):
         if not isinstance(value, list | tuple) or not value:
             raise FilterError(f"{key} takes a non-empty list of filters, got {value!r}")
-        children = tuple(_parse_document(child) for child in value)
+        children = tuple(_parse_document(child, depth) for child in value)
         return And(children) if key == "$and" else Or(children)
     if key == "$not":
-        return Not(_parse_document(value))
+        return Not(_parse_document(value, depth))
     if key.startswith("$"):
         raise FilterError(f"unknown logical operator {key!r}; use one of {sorted(LOGICAL_OPS)}")
     _check_field(key)
     if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
-        return _parse_operators(key, value)
+        return _parse_operators(key, value, depth)
     return _comparison(key, "$eq", value)
 
 
-def _parse_operators(field: str, operators: Mapping[str, Any]) -> Filter:
+def _parse_operators(field: str, operators: Mapping[str, Any], depth: int) -> Filter:
+    depth = _check_depth(depth)
     clauses: list[Filter] = []
     for op, value in operators.items():
         if op == "$not":
             if not isinstance(value, Mapping) or not value:
                 raise FilterError(f"{field}: $not takes a non-empty operator dict, got {value!r}")
-            clauses.append(Not(_parse_operators(field, value)))
+            clauses.append(Not(_parse_operators(field, value, depth)))
         elif op in COMPARISON_OPS:
             clauses.append(_comparison(field, op, value))
         else:

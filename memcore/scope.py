@@ -63,6 +63,8 @@ class Scope(MemcoreModel):
     agent_id: str | None = None
     session_id: str | None = None
 
+    _admin: bool = pydantic.PrivateAttr(default=False)
+
     @pydantic.field_validator(*SCOPE_FIELDS)
     @classmethod
     def _check_value(cls, value: str | None) -> str | None:
@@ -80,7 +82,14 @@ class Scope(MemcoreModel):
     @classmethod
     def everything(cls) -> Scope:
         """The admin scope that matches every record. Never valid on a record."""
-        return cls.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)
+        scope = cls.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)
+        scope._admin = True
+        return scope
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether this is the scope :meth:`everything` made (not an empty scope made otherwise)."""
+        return self._admin
 
     @property
     def is_everything(self) -> bool:

@@ -179,7 +179,7 @@ class BaseStore(ABC):
 
     def __init__(self) -> None:
         self._closed = False
-        self._binding_lock = threading.Lock()
+        self._state_lock = threading.Lock()
         self._bound_space: VectorSpace | None = None
 
     @classmethod
@@ -268,18 +268,19 @@ class BaseStore(ABC):
         :raises InvalidInputError: if neither ``vector`` nor ``text`` is given.
         """
         self._check_open()
-        check_scope(scope)
+        scope = check_scope(scope)
         if vector is None and text is None:
             raise InvalidInputError("search needs a vector, a text, or both; use list() to browse")
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise InvalidInputError(f"text must be a non-empty string, got {text!r}")
-        query = (
-            None if vector is None else normalize_rows(check_query_vector(vector, self._expected_dimension()))
-        )
+        # Read once: a dimension never changes once set, so checking against this
+        # value stays right even if another thread writes the first vector meanwhile.
+        dimension = self._expected_dimension()
+        query = None if vector is None else normalize_rows(check_query_vector(vector, dimension))
         node = parse_filter(filter)
         bounded = check_limit(limit, required=True)
         assert bounded is not None
-        if query is not None and self.dimension is None:
+        if query is not None and dimension is None:
             return []
         return self._search(scope, query, text, node, bounded)
 
@@ -336,7 +337,7 @@ class BaseStore(ABC):
         self._check_open()
         if not isinstance(space.dimension, int) or space.dimension < 1 or not space.embedder:
             raise InvalidInputError(f"invalid vector space {space!r}")
-        with self._binding_lock:
+        with self._state_lock:
             current = self._load_vector_space()
             if current == space:
                 return
@@ -355,9 +356,11 @@ class BaseStore(ABC):
 
     def close(self) -> None:
         """Release the store. Idempotent; any other call afterwards raises StoreClosedError."""
-        if not self._closed:
+        with self._state_lock:
+            if self._closed:
+                return
             self._closed = True
-            self._close()
+        self._close()
 
     @property
     def closed(self) -> bool:

@@ -13,10 +13,12 @@ from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
+from pydantic_core import PydanticSerializationError
 
 from memcore.errors import (
     DimensionMismatchError,
     InvalidIdError,
+    InvalidInputError,
     InvalidLimitError,
     InvalidRecordError,
     InvalidVectorError,
@@ -47,36 +49,66 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_scope(scope: Scope) -> Scope:
-    """Check that ``scope`` is a :class:`Scope` (possibly :meth:`Scope.everything`)."""
+    """Check a scope argument; return it, validated.
+
+    Values set without validation (``model_construct``, ``model_copy(update=...)``)
+    are validated again, and an empty scope is accepted only when
+    :meth:`Scope.everything` made it.
+
+    :raises ScopeError: for anything else.
+    """
     if not isinstance(scope, Scope):
         raise ScopeError(f"scope must be a memcore Scope, got {type(scope).__name__}")
-    return scope
+    if scope.is_everything:
+        if not scope.is_admin:
+            raise ScopeError("an empty scope would match every record; admin tools use Scope.everything()")
+        return scope
+    return Scope.model_validate(scope.model_dump())
+
+
+def check_dimension(dimension: int | None) -> int | None:
+    """Check a store's ``dimension`` argument: ``None`` or a positive integer."""
+    if dimension is not None and (
+        isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1
+    ):
+        raise InvalidInputError(f"dimension must be a positive integer, got {dimension!r}")
+    return dimension
 
 
 def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
-    """Check a batch of records to write and return it as a list.
+    """Check a batch of records to write; return validated copies.
 
-    :raises InvalidRecordError: for a non-record, a repeated id within the batch.
+    Every record is validated again, so that one built with ``model_construct``
+    or ``model_copy(update=...)`` (which skip validation), or mutated since,
+    cannot store what the record model forbids; the copies also keep the store
+    independent of the caller's objects.
+
+    :raises InvalidRecordError: for a non-record, an invalid record, a repeated
+        id within the batch, or text that is not valid Unicode.
     :raises RecordTooLargeError: for a record over :data:`MAX_RECORD_BYTES`.
-    :raises ScopeError: for a record whose scope is :meth:`Scope.everything`.
+    :raises ScopeError: for a record whose scope is empty or invalid.
     """
     if isinstance(records, MemoryRecord) or not isinstance(records, Sequence):
         raise InvalidRecordError("add() takes a sequence of MemoryRecord")
+    checked: list[MemoryRecord] = []
     seen: set[UUID] = set()
     for record in records:
         if not isinstance(record, MemoryRecord):
             raise InvalidRecordError(f"expected MemoryRecord, got {type(record).__name__}")
-        if record.scope.is_everything:
-            raise ScopeError("a record needs a concrete scope, not Scope.everything()")
-        if record.id in seen:
-            raise InvalidRecordError(f"record id {record.id} appears twice in one batch")
-        seen.add(record.id)
-        size = len(record.model_dump_json().encode())
-        if size > MAX_RECORD_BYTES:
+        try:
+            serialised = record.model_dump_json().encode()
+        except (PydanticSerializationError, UnicodeError) as exc:
+            raise InvalidRecordError(f"record {record.id} cannot be serialised: {exc}") from None
+        if len(serialised) > MAX_RECORD_BYTES:
             raise RecordTooLargeError(
-                f"record {record.id} is {size} bytes serialised; the limit is {MAX_RECORD_BYTES}"
+                f"record {record.id} is {len(serialised)} bytes serialised; the limit is {MAX_RECORD_BYTES}"
             )
-    return list(records)
+        copy = MemoryRecord.model_validate_json(serialised)
+        if copy.id in seen:
+            raise InvalidRecordError(f"record id {copy.id} appears twice in one batch")
+        seen.add(copy.id)
+        checked.append(copy)
+    return checked
 
 
 def check_vectors(vectors: Vectors, count: int, dimension: int | None) -> Matrix:
@@ -89,8 +121,14 @@ def check_vectors(vectors: Vectors, count: int, dimension: int | None) -> Matrix
         infinities, values beyond float32 or all-zero vectors (cosine is undefined).
     :raises DimensionMismatchError: if the dimension differs from the store's.
     """
-    if len(vectors) != count:
-        raise InvalidVectorError(f"got {len(vectors)} vectors for {count} records")
+    try:
+        given = len(vectors)
+    except TypeError:
+        raise InvalidVectorError(
+            f"vectors must be a sequence or an array, got {type(vectors).__name__}"
+        ) from None
+    if given != count:
+        raise InvalidVectorError(f"got {given} vectors for {count} records")
     if count == 0:
         return np.zeros((0, dimension or 0), dtype=np.float32)
     try:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
-import shutil
 import threading
 import uuid
 from collections.abc import Iterable
@@ -40,18 +40,26 @@ from uuid import UUID
 
 import numpy as np
 
-from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError, StoreLockedError
+from memcore.errors import (
+    InvalidInputError,
+    MemcoreError,
+    StoreCorruptedError,
+    StoreError,
+    StoreLockedError,
+)
 from memcore.filters import Filter
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.stores import jsonl_log
 from memcore.stores.scoped_index import ScopedIndex
-from memcore.validation import Matrix
+from memcore.validation import Matrix, check_dimension
 
 FORMAT = "memcore-jsonl"
 SCHEMA_VERSION = 1
 AUTO_COMPACT_DEAD_LINES = 1_000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,6 +71,7 @@ class _ScopeLog:
     dead_lines: int = 0
     needs_newline: bool = False
     skipped_lines: int = 0
+    skipped_at_last_open: int = 0
 
     @property
     def entries(self) -> Path:
@@ -103,9 +112,11 @@ class JsonlStore(BaseStore):
         self._logs: dict[tuple[str | None, ...], _ScopeLog] = {}
         self._next_seq = 1
         self._space: VectorSpace | None = None
+        check_dimension(dimension)
         try:
             if not self.path.exists():
                 self.path.mkdir(mode=jsonl_log.DIR_MODE, parents=True)
+                jsonl_log.fsync_dir(self.path.parent)
             self._lock_fd = self._acquire_lock()
         except OSError as exc:
             raise StoreError(f"cannot open the jsonl store at {self.path}: {exc}") from None
@@ -113,6 +124,9 @@ class JsonlStore(BaseStore):
             stored_dimension = self._open_meta(dimension)
             self._index = ScopedIndex(stored_dimension)
             self._replay()
+        except OSError as exc:
+            os.close(self._lock_fd)
+            raise StoreError(f"cannot open the jsonl store at {self.path}: {exc}") from None
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -151,6 +165,7 @@ class JsonlStore(BaseStore):
     def _open_meta(self, dimension: int | None) -> int | None:
         meta_path = self.path / "meta.json"
         if not meta_path.exists():
+            os.chmod(self.path, jsonl_log.DIR_MODE)
             jsonl_log.make_private_dir(self.path / "scopes")
             self._write_root_meta(dimension)
             return dimension
@@ -198,49 +213,71 @@ class JsonlStore(BaseStore):
 
     def _replay(self) -> None:
         latest: dict[UUID, tuple[jsonl_log.Operation, _ScopeLog]] = {}
-        for folder in jsonl_log.iter_scope_dirs(self.path / "scopes"):
-            scope = Scope.model_validate(_read_json(folder / "meta.json")["scope"])
-            log = _ScopeLog(scope, folder)
-            self._logs[scope.as_tuple()] = log
-            if not log.entries.exists():
-                continue
-            result = jsonl_log.read_log(log.entries)
-            log.needs_newline = not result.ends_with_newline
-            log.skipped_lines = log.dead_lines = result.skipped_lines
-            for operation in result.operations:
-                self._next_seq = max(self._next_seq, operation.seq + 1)
-                previous = latest.get(operation.record_id)
-                if previous is None or previous[0].seq < operation.seq:
-                    latest[operation.record_id] = (operation, log)
-                    if previous is not None:
-                        previous[1].dead_lines += 1
-                else:
-                    log.dead_lines += 1
-            self._write_scope_meta(log)
-        puts = []
-        for operation, log in latest.values():
-            if operation.op == "put":
-                puts.append(operation)
-            else:
-                log.dead_lines += 1
-        self._load_index(puts)
+        scopes_dir = self.path / "scopes"
+        jsonl_log.remove_unfinished_dirs(scopes_dir)
+        for folder in jsonl_log.iter_scope_dirs(scopes_dir):
+            log = self._open_scope_log(folder)
+            self._logs[log.scope.as_tuple()] = log
+            if log.entries.exists():
+                result = jsonl_log.read_log(log.entries)
+                log.needs_newline = not result.ends_with_newline
+                log.skipped_lines = log.dead_lines = result.skipped_lines
+                for operation in result.operations:
+                    self._next_seq = max(self._next_seq, operation.seq + 1)
+                    previous = latest.get(operation.record_id)
+                    if previous is None or previous[0].seq < operation.seq:
+                        latest[operation.record_id] = (operation, log)
+                        if previous is not None:
+                            previous[1].dead_lines += 1
+                    else:
+                        log.dead_lines += 1
+        self._load_index(latest.values())
+        for log in self._logs.values():
+            if log.skipped_lines != log.skipped_at_last_open:
+                self._write_scope_meta(log)
 
-    def _load_index(self, puts: list[jsonl_log.Operation]) -> None:
-        records = [MemoryRecord.model_validate(op.record) for op in puts]
-        with_vectors = [op.vector for op in puts if op.vector is not None]
-        if not with_vectors:
+    def _open_scope_log(self, folder: Path) -> _ScopeLog:
+        meta = _read_json(folder / "meta.json")
+        try:
+            scope = Scope.model_validate(meta["scope"])
+            skipped = int(meta.get("skipped_lines", 0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreCorruptedError(f"{folder / 'meta.json'} does not name a valid scope ({exc})") from None
+        if scope.digest() != folder.name:
+            raise StoreCorruptedError(
+                f"{folder} holds the scope {scope}, whose folder would be {scope.digest()}"
+            )
+        log = _ScopeLog(scope, folder)
+        log.skipped_at_last_open = skipped
+        return log
+
+    def _load_index(self, latest: Iterable[tuple[jsonl_log.Operation, _ScopeLog]]) -> None:
+        records: list[MemoryRecord] = []
+        vectors: list[Matrix | None] = []
+        for operation, log in latest:
+            if operation.op == "del":
+                log.dead_lines += 1
+                continue
+            try:
+                records.append(MemoryRecord.model_validate(operation.record))
+            except MemcoreError:
+                log.skipped_lines += 1
+                log.dead_lines += 1
+                continue
+            vectors.append(operation.vector)
+        dimension = self._index.dimension or next((len(v) for v in vectors if v is not None), None)
+        if dimension is None:
             self._index.upsert(records, None)
             return
-        dimension = self._index.dimension or len(with_vectors[0])
-        if any(len(vector) != dimension for vector in with_vectors):
+        if any(v is not None and len(v) != dimension for v in vectors):
             raise StoreCorruptedError(
                 f"the store at {self.path} holds vectors of a dimension other than {dimension}"
             )
-        matrix = np.zeros((len(puts), dimension), dtype=np.float32)
-        has_vector = np.zeros(len(puts), dtype=bool)
-        for row, op in enumerate(puts):
-            if op.vector is not None:
-                matrix[row] = op.vector
+        matrix = np.zeros((len(records), dimension), dtype=np.float32)
+        has_vector = np.zeros(len(records), dtype=bool)
+        for row, vector in enumerate(vectors):
+            if vector is not None:
+                matrix[row] = vector
                 has_vector[row] = True
         self._index.upsert(records, matrix, has_vector)
 
@@ -251,25 +288,36 @@ class JsonlStore(BaseStore):
             "skipped_lines": log.skipped_lines,
         }
         jsonl_log.write_atomically(log.folder / "meta.json", json.dumps(meta).encode())
+        log.skipped_at_last_open = log.skipped_lines
 
     # -- writing -----------------------------------------------------------------
 
     def _log_for(self, scope: Scope) -> _ScopeLog:
         log = self._logs.get(scope.as_tuple())
         if log is None:
-            log = _ScopeLog(scope, self.path / "scopes" / scope.digest())
-            jsonl_log.make_private_dir(log.folder)
-            self._write_scope_meta(log)
+            folder = self.path / "scopes" / scope.digest()
+            meta = {"schema_version": SCHEMA_VERSION, "scope": scope.model_dump(), "skipped_lines": 0}
+            try:
+                jsonl_log.create_dir_atomically(folder, {"meta.json": json.dumps(meta).encode()})
+            except OSError as exc:
+                raise StoreError(
+                    f"creating the folder of scope {scope} failed: {exc}; nothing was stored"
+                ) from None
+            log = _ScopeLog(scope, folder)
             self._logs[scope.as_tuple()] = log
         return log
 
-    def _append(self, scope: Scope, lines: list[bytes]) -> None:
+    def _append(self, scope: Scope, lines: list[bytes], already_written: list[Scope]) -> None:
+        """Append one scope's part of a batch; on failure, say which parts were already stored."""
         log = self._log_for(scope)
         try:
             jsonl_log.append_lines(log.entries, lines, needs_newline=log.needs_newline)
         except OSError as exc:
+            done = "; ".join(str(s) for s in already_written)
+            stored = f" The parts of scopes {done} were stored before the failure." if done else ""
             raise StoreError(
-                f"writing to {log.entries} failed: {exc}; nothing of this batch was stored"
+                f"writing to {log.entries} failed: {exc}; the records of scope {scope} were not stored."
+                + stored
             ) from None
         log.needs_newline = False
 
@@ -283,26 +331,35 @@ class JsonlStore(BaseStore):
             self._check_open()
             self._index.check_upsert(records, vectors)
             if vectors is not None and self._index.dimension is None:
-                self._write_root_meta(vectors.shape[1])
+                try:
+                    self._write_root_meta(vectors.shape[1])
+                except OSError as exc:
+                    raise StoreError(
+                        f"writing {self.path / 'meta.json'} failed: {exc}; nothing was stored"
+                    ) from None
             by_scope: dict[tuple[str | None, ...], list[int]] = {}
             for row, record in enumerate(records):
                 by_scope.setdefault(record.scope.as_tuple(), []).append(row)
+            written: list[Scope] = []
             for rows in by_scope.values():
                 batch, scope = uuid.uuid4().hex, records[rows[0]].scope
+                vector_rows = None if vectors is None else vectors[rows]
                 lines = [
                     jsonl_log.encode_put(
                         self._take_seq(),
                         batch,
                         len(rows),
                         records[row],
-                        None if vectors is None else vectors[row],
+                        None if vector_rows is None else vector_rows[i],
                     )
-                    for row in rows
+                    for i, row in enumerate(rows)
                 ]
-                self._append(scope, lines)
+                self._append(scope, lines, written)
                 replaced = sum(1 for row in rows if self._index.scope_of(records[row].id) is not None)
-                self._index.upsert([records[row] for row in rows], None if vectors is None else vectors[rows])
+                self._index.upsert([records[row] for row in rows], vector_rows)
                 self._logs[scope.as_tuple()].dead_lines += replaced
+                written.append(scope)
+            for scope in written:
                 self._maybe_compact(scope)
 
     def _remove(self, ids: Iterable[UUID]) -> int:
@@ -313,16 +370,17 @@ class JsonlStore(BaseStore):
             if scope is not None:
                 by_scope.setdefault(scope.as_tuple(), []).append(record_id)
                 scopes[scope.as_tuple()] = scope
-        removed = 0
+        written: list[Scope] = []
         for key, record_ids in by_scope.items():
             batch = uuid.uuid4().hex
             lines = [jsonl_log.encode_delete(self._take_seq(), batch, len(record_ids), i) for i in record_ids]
-            self._append(scopes[key], lines)
+            self._append(scopes[key], lines, written)
             self._index.remove(record_ids)
             self._logs[key].dead_lines += 2 * len(record_ids)
-            removed += len(record_ids)
-            self._maybe_compact(scopes[key])
-        return removed
+            written.append(scopes[key])
+        for scope in written:
+            self._maybe_compact(scope)
+        return sum(len(record_ids) for record_ids in by_scope.values())
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         with self._lock:
@@ -337,15 +395,21 @@ class JsonlStore(BaseStore):
     # -- compaction --------------------------------------------------------------
 
     def _maybe_compact(self, scope: Scope) -> None:
-        log = self._logs[scope.as_tuple()]
-        if log.dead_lines > AUTO_COMPACT_DEAD_LINES and log.dead_lines > self._index.partition_size(scope):
+        """Compact a log that is mostly dead lines; best effort, after the write was acknowledged."""
+        log = self._logs.get(scope.as_tuple())
+        if log is None or log.dead_lines <= max(AUTO_COMPACT_DEAD_LINES, self._index.partition_size(scope)):
+            return
+        try:
             self._compact_scope(log)
+        except OSError as exc:
+            logger.warning(
+                "automatic compaction of %s failed (%s); it is retried after later writes", log.folder, exc
+            )
 
     def _compact_scope(self, log: _ScopeLog) -> None:
         entries = self._index.partition_entries(log.scope)
         if not entries:
-            shutil.rmtree(log.folder)
-            jsonl_log.fsync_dir(log.folder.parent)
+            jsonl_log.remove_dir_atomically(log.folder)
             del self._logs[log.scope.as_tuple()]
             return
         batch = uuid.uuid4().hex

@@ -19,6 +19,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import uuid
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -191,6 +193,44 @@ def make_private_dir(path: Path) -> None:
 
 
 def iter_scope_dirs(scopes_dir: Path) -> Iterator[Path]:
-    """The scope folders under ``scopes_dir``, in a stable order."""
+    """The scope folders under ``scopes_dir``, in a stable order (not unfinished ones)."""
     if scopes_dir.is_dir():
-        yield from sorted(p for p in scopes_dir.iterdir() if p.is_dir())
+        yield from sorted(p for p in scopes_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def create_dir_atomically(folder: Path, files: dict[str, bytes]) -> None:
+    """Create ``folder`` (0700) holding ``files``, all or nothing.
+
+    The folder is built under a hidden temporary name and renamed into place,
+    so a crash never leaves a half-made folder under the real name.
+    """
+    staging = folder.with_name(f".new-{folder.name}-{uuid.uuid4().hex[:8]}")
+    staging.mkdir(mode=DIR_MODE)
+    try:
+        for name, data in files.items():
+            write_atomically(staging / name, data)
+        os.rename(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_dir(folder.parent)
+
+
+def remove_dir_atomically(folder: Path) -> None:
+    """Remove ``folder`` so that a crash leaves it either whole or gone.
+
+    It is first renamed to a hidden name (atomic), then deleted; a leftover
+    hidden folder is removed by :func:`remove_unfinished_dirs` on the next open.
+    """
+    doomed = folder.with_name(f".trash-{folder.name}-{uuid.uuid4().hex[:8]}")
+    os.rename(folder, doomed)
+    fsync_dir(folder.parent)
+    shutil.rmtree(doomed)
+
+
+def remove_unfinished_dirs(scopes_dir: Path) -> None:
+    """Delete the hidden folders a crash left in the middle of creating or removing a scope."""
+    if scopes_dir.is_dir():
+        for leftover in scopes_dir.iterdir():
+            if leftover.is_dir() and leftover.name.startswith("."):
+                shutil.rmtree(leftover)

@@ -13,7 +13,7 @@ from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order
 from memcore.stores.scoped_index import ScopedIndex
-from memcore.validation import Matrix
+from memcore.validation import Matrix, check_dimension
 
 
 class MemoryStore(BaseStore):
@@ -31,7 +31,7 @@ class MemoryStore(BaseStore):
     def __init__(self, dimension: int | None = None) -> None:
         super().__init__()
         self._lock = threading.RLock()
-        self._index = ScopedIndex(dimension)
+        self._index = ScopedIndex(check_dimension(dimension))
 
     @classmethod
     def from_url(cls, url: str) -> Self:

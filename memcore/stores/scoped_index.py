@@ -280,6 +280,8 @@ class ScopedIndex:
             matching = (r for r in newest if text is not None and text_matches(text, r.message.content))
             selected = [r for r in matching if node is None or evaluate(node, r)]
             return [ScoredRecord(record=r, score=1.0) for r in selected[:limit]]
+        if self.dimension is None:  # bound to an embedder, but no vector written yet
+            return []
         parts = [p for p in self.partitions(scope) if p.size]
         if not parts:
             return []

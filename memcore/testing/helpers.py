@@ -79,9 +79,9 @@ def ids(records: Sequence[MemoryRecord]) -> list[uuid.UUID]:
     return [record.id for record in records]
 
 
-def snapshot(store: Store) -> list[MemoryRecord]:
-    """Every record in the store, in order: to check that a failed call changed nothing."""
-    return store.list(Scope.everything())
+def snapshot(store: Store) -> list[dict[str, Any]]:
+    """Every record in the store, in order, as plain data: to check that a call changed nothing."""
+    return [record.model_dump(mode="json") for record in store.list(Scope.everything())]
 
 
 class StoreFixtures:

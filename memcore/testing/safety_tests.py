@@ -181,6 +181,13 @@ class BadInputTests(StoreFixtures):
             store.add([record])
         assert store.count(Scope.everything()) == 0
 
+    def test_the_store_keeps_its_own_copy_of_records(self, store: Store) -> None:
+        scope = new_scope()
+        record = make_record(scope, metadata={"topic": "work", "tags": ["a"]})
+        store.add([record])
+        record.metadata["topic"] = "changed"
+        assert store.count(scope, filter={"metadata.topic": "work"}) == 1
+
     def test_numpy_vectors_are_accepted(self, store: Store) -> None:
         scope = new_scope()
         store.add([make_record(scope)], np.ones((1, DIM), dtype=np.float64))

@@ -20,6 +20,7 @@ from memcore.errors import (
     IdConflictError,
     InvalidInputError,
     InvalidRecordError,
+    MemcoreError,
 )
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
@@ -429,6 +430,55 @@ class ConcurrencyTests(StoreFixtures):
         for index, scope in enumerate(scopes):
             contents = {r.message.content for r in store.list(scope)}
             assert contents == {f"w{index}-{n}" for n in range(per_writer)}
+
+    def test_concurrent_deletes_and_searches(self, store: Store) -> None:
+        scope = new_scope()
+        records = [make_record(scope, f"r{i}") for i in range(400)]
+        store.add(records, random_vectors(400))
+        errors: list[BaseException] = []
+
+        def delete(offset: int) -> None:
+            try:
+                for start in range(offset, 400, 40):
+                    store.delete(scope, [r.id for r in records[start : start + 20]])
+            except BaseException as exc:
+                errors.append(exc)
+
+        def search() -> None:
+            try:
+                for seed in range(30):
+                    for hit in store.search(scope, vector=random_vectors(1, seed=seed)[0], limit=5):
+                        assert hit.record.scope == scope
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=delete, args=(0,)), threading.Thread(target=delete, args=(20,))]
+        threads += [threading.Thread(target=search) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert store.count(scope) == 0
+
+    def test_first_vector_racing_a_search_gives_no_untyped_error(self, store: Store) -> None:
+        errors: list[BaseException] = []
+        scope = new_scope()
+
+        def search() -> None:
+            for _ in range(200):
+                try:
+                    store.search(scope, vector=[1.0] * 3)
+                except MemcoreError:
+                    pass
+                except BaseException as exc:
+                    errors.append(exc)
+
+        thread = threading.Thread(target=search)
+        thread.start()
+        store.add([make_record(scope)], random_vectors(1))
+        thread.join()
+        assert errors == []
 
 
 class VectorSpaceTests(StoreFixtures):

@@ -11,6 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from memcore.filters import RANGE_OPS
 from memcore.records import MetadataValue
 from memcore.testing.helpers import BASE_TIME
 
@@ -24,6 +25,7 @@ scalar_values: st.SearchStrategy[str | int | float | bool] = st.one_of(
     st.sampled_from(STRINGS),
     st.integers(min_value=-3, max_value=3),
     st.sampled_from([-1.5, 0.0, 0.5, 1.0, 2.0, 2.5]),
+    st.sampled_from([2**53 + 1, -(2**63), 2**63 - 1, 1e300, -1e-300]),
     st.booleans(),
 )
 metadata_values: st.SearchStrategy[MetadataValue] = st.one_of(
@@ -34,7 +36,7 @@ metadata_values: st.SearchStrategy[MetadataValue] = st.one_of(
 @st.composite
 def record_fields(draw: st.DrawFn) -> dict[str, Any]:
     """Keyword arguments for a record: role, kind, minute, metadata (keys may be absent)."""
-    role = draw(st.sampled_from(("user", "assistant", "system")))
+    role = draw(st.sampled_from(("user", "assistant", "system", "developer")))
     return {
         "role": role,
         "kind": draw(st.sampled_from(KINDS)),
@@ -72,10 +74,17 @@ def comparisons(draw: st.DrawFn) -> dict[str, Any]:
         elif op == "$contains":
             values = st.sampled_from(STRINGS)
     if op == "$exists":
-        return {field: {op: draw(st.booleans())}}
-    if op in ("$in", "$nin"):
-        return {field: {op: draw(st.lists(values, max_size=3))}}
-    return {field: {op: draw(values)}}
+        operators: dict[str, Any] = {op: draw(st.booleans())}
+    elif op in ("$in", "$nin"):
+        operators = {op: draw(st.lists(values, max_size=3))}
+    else:
+        operators = {op: draw(values)}
+    if field.startswith("metadata.") and op in RANGE_OPS and draw(st.booleans()):
+        other = draw(st.sampled_from(sorted(RANGE_OPS - {op})))
+        operators[other] = draw(values)  # a range with both ends, one field, one dict
+    if draw(st.integers(min_value=0, max_value=4)) == 0:
+        operators = {"$not": operators}  # the field-level $not
+    return {field: operators}
 
 
 def filters(max_leaves: int = 6) -> st.SearchStrategy[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import signal
@@ -10,13 +11,15 @@ import stat
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from memcore.errors import StoreCorruptedError, StoreLockedError
+from memcore.errors import StoreCorruptedError, StoreError, StoreLockedError
 from memcore.scope import Scope
+from memcore.stores import jsonl_log
 from memcore.stores.jsonl import AUTO_COMPACT_DEAD_LINES, JsonlStore
 from memcore.testing.helpers import make_record, random_vectors
 
@@ -268,3 +271,112 @@ def test_from_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     JsonlStore.from_url("jsonl://relative/store").close()
     assert (tmp_path / "relative" / "store" / "meta.json").exists()
     assert os.stat(tmp_path / "relative" / "store").st_mode & 0o077 == 0
+
+
+def test_leftovers_of_an_interrupted_scope_creation_or_removal_are_cleaned(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    contents = _store_with_records(root)
+    scopes = root / "scopes"
+    half_made = scopes / ".new-0123-abcd"
+    half_made.mkdir()
+    (half_made / "entries.jsonl").write_text("partial")
+    half_removed = scopes / ".trash-4567-abcd"
+    half_removed.mkdir()
+    assert _contents(root) == contents
+    assert sorted(p.name for p in scopes.iterdir()) == [Scope(tenant="t").digest()]
+
+
+def test_a_crash_before_a_new_scope_folder_is_renamed_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    contents = _store_with_records(root)
+
+    def crash(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with JsonlStore(root) as store:
+        monkeypatch.setattr(jsonl_log.os, "rename", crash)
+        with pytest.raises(StoreError, match="nothing was stored"):
+            store.add([make_record(Scope(tenant="other"), "lost")])
+        monkeypatch.undo()
+        assert store.count(Scope(tenant="other")) == 0
+    assert _contents(root) == contents
+    assert [p.name for p in (root / "scopes").iterdir()] == [Scope(tenant="t").digest()]
+
+
+def test_a_multi_scope_batch_that_fails_midway_says_what_was_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = Scope(tenant="a"), Scope(tenant="b")
+    real_append = jsonl_log.append_lines
+
+    def fail_for_second(path: Path, lines: list[bytes], *, needs_newline: bool) -> None:
+        if path.parent.name == second.digest():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_append(path, lines, needs_newline=needs_newline)
+
+    with JsonlStore(tmp_path / "store") as store:
+        monkeypatch.setattr(jsonl_log, "append_lines", fail_for_second)
+        with pytest.raises(StoreError, match="tenant=a were stored"):
+            store.add([make_record(first, "A"), make_record(second, "B")])
+        assert [r.message.content for r in store.list(Scope.everything())] == ["A"]
+
+
+def test_a_failed_automatic_compaction_does_not_fail_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    scope = Scope(tenant="t")
+    record = make_record(scope, "v1")
+    with JsonlStore(tmp_path / "store") as store:
+        for _ in range(AUTO_COMPACT_DEAD_LINES + 1):
+            store.add([record])
+
+        def full_disk(path: Path, data: bytes) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(jsonl_log, "write_atomically", full_disk)
+        store.add(
+            [record.model_copy(update={"message": record.message.model_copy(update={"content": "v2"})})]
+        )
+        assert "automatic compaction" in caplog.text
+    monkeypatch.undo()
+    assert _contents(tmp_path / "store") == ["v2"]
+
+
+def test_scope_meta_without_a_scope_is_a_typed_error(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store_with_records(root, 1)
+    [log] = _entries(root)
+    (log.parent / "meta.json").write_text(json.dumps({"schema_version": 1}))
+    with pytest.raises(StoreCorruptedError):
+        JsonlStore(root)
+
+
+def test_an_invalid_record_on_disk_is_skipped_and_counted(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    contents = _store_with_records(root, 2)
+    [log] = _entries(root)
+    lines = log.read_bytes().splitlines(keepends=True)
+    body = lines[0][: -len(b',"crc":"00000000"}\n')].replace(b'"kind":"turn"', b'"kind":"NOT VALID"')
+    lines[0] = body + b',"crc":"%08x"}\n' % zlib.crc32(body)
+    log.write_bytes(b"".join(lines))
+    with JsonlStore(root) as store:
+        assert [r.message.content for r in store.list(Scope(tenant="t"))] == contents[1:]
+        assert store.skipped_lines() == 1
+
+
+def test_reopening_does_not_rewrite_unchanged_scope_files(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store_with_records(root, 2)
+    [log] = _entries(root)
+    before = (log.parent / "meta.json").stat().st_mtime_ns
+    JsonlStore(root).close()
+    assert (log.parent / "meta.json").stat().st_mtime_ns == before
+
+
+def test_an_existing_empty_root_becomes_private(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir(mode=0o755)
+    JsonlStore(root).close()
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
