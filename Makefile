@@ -10,12 +10,14 @@ PIP_FLAGS := --quiet --disable-pip-version-check
 $(STAMP): pyproject.toml tests/plugin_example/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIP_FLAGS) --upgrade pip
-	$(BIN)/python -m pip install $(PIP_FLAGS) -e ".[dev]" -e ./tests/plugin_example
+# torch first, pinned to its CPU build: left to the st extra, pip would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install $(PIP_FLAGS) torch==2.13.0
+	$(BIN)/python -m pip install $(PIP_FLAGS) -e ".[dev,st]" -e ./tests/plugin_example
 	touch $(STAMP)
 
-## demo: the main job on the embedded default store
+## demo: the main job on the embedded default store (two agents, restarts, forget, budget; real MiniLM)
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/memcore demo
 
 ## test: lint, types and the whole test suite
 test: check pytest

@@ -20,21 +20,28 @@ from typing import TYPE_CHECKING, Any
 from memcore import errors
 
 if TYPE_CHECKING:
+    from memcore.context import ChronologicalContextCreator, ContextCreator, ScoreBasedContextCreator
     from memcore.hookspecs import hookimpl
     from memcore.plugins import open_embedder, open_store
     from memcore.records import ContextRecord, MemoryRecord, Message, ScoredRecord
     from memcore.scope import Scope
     from memcore.store import BaseStore, Capabilities, Store
+    from memcore.tokens import HeuristicTokenCounter, TokenCounter
 
 _LAZY_EXPORTS: dict[str, str] = {
     "BaseStore": "memcore.store",
     "Capabilities": "memcore.store",
+    "ChronologicalContextCreator": "memcore.context",
+    "ContextCreator": "memcore.context",
     "ContextRecord": "memcore.records",
+    "HeuristicTokenCounter": "memcore.tokens",
     "MemoryRecord": "memcore.records",
     "Message": "memcore.records",
     "Scope": "memcore.scope",
+    "ScoreBasedContextCreator": "memcore.context",
     "ScoredRecord": "memcore.records",
     "Store": "memcore.store",
+    "TokenCounter": "memcore.tokens",
     "hookimpl": "memcore.hookspecs",
     "open_embedder": "memcore.plugins",
     "open_store": "memcore.plugins",
@@ -43,12 +50,17 @@ _LAZY_EXPORTS: dict[str, str] = {
 __all__ = [
     "BaseStore",
     "Capabilities",
+    "ChronologicalContextCreator",
+    "ContextCreator",
     "ContextRecord",
+    "HeuristicTokenCounter",
     "MemoryRecord",
     "Message",
     "Scope",
+    "ScoreBasedContextCreator",
     "ScoredRecord",
     "Store",
+    "TokenCounter",
     "errors",
     "hookimpl",
     "open_embedder",

@@ -27,7 +27,15 @@ def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None
 
 @hookimpl
 def memcore_register_embedders(register: Callable[[str, Callable[..., Embedder]], None]) -> None:
-    """Register the ``hash`` embedder."""
+    """Register the ``hash`` embedder and ``sentence-transformers/all-MiniLM-L6-v2``.
+
+    The second is registered even when the ``st`` extra is not installed:
+    importing its module does not import torch or sentence-transformers, and
+    opening it without them raises :class:`memcore.errors.UnknownPluginError`
+    saying what to install.
+    """
     from memcore.embedders.hashing import HashEmbedder
+    from memcore.embedders.sentence_transformers import SentenceTransformerEmbedder
 
     register(HashEmbedder.name, HashEmbedder)
+    register(SentenceTransformerEmbedder.name, SentenceTransformerEmbedder)

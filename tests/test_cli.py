@@ -17,7 +17,12 @@ BUILTIN_ROW = {
     "version": None,
     "hooks": ["memcore_register_embedders", "memcore_register_stores"],
     "stores": {"memory": "memcore.stores.memory.MemoryStore", "jsonl": "memcore.stores.jsonl.JsonlStore"},
-    "embedders": {"hash": "memcore.embedders.hashing.HashEmbedder"},
+    "embedders": {
+        "hash": "memcore.embedders.hashing.HashEmbedder",
+        "sentence-transformers/all-MiniLM-L6-v2": (
+            "memcore.embedders.sentence_transformers.SentenceTransformerEmbedder"
+        ),
+    },
 }
 
 
@@ -46,7 +51,7 @@ def test_plugins_table(stub_plugin: Any, capsys: pytest.CaptureFixture[str]) -> 
     assert "(built-in)" in builtin
     assert "memcore_register_embedders, memcore_register_stores" in builtin
     assert "memory://, jsonl://" in builtin
-    assert builtin.endswith("hash")
+    assert builtin.endswith("hash, sentence-transformers/all-MiniLM-L6-v2")
     assert stub.startswith(stub_plugin.name)
     assert "stub://, stub+extra://" in stub
     for column in ("VERSION", "DISTRIBUTION", "HOOKS", "STORES", "EMBEDDERS"):

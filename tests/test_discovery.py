@@ -100,7 +100,7 @@ def test_python_m_memcore_plugins_lists_everything() -> None:
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert set(rows[BUILTIN_PLUGIN_NAME]["stores"]) == {"memory", "jsonl"}
-    assert set(rows[BUILTIN_PLUGIN_NAME]["embedders"]) == {"hash"}
+    assert set(rows[BUILTIN_PLUGIN_NAME]["embedders"]) == {"hash", "sentence-transformers/all-MiniLM-L6-v2"}
     example = rows[ENTRY_POINT]
     assert (example["distribution"], example["version"]) == (DISTRIBUTION, version)
     assert example["hooks"] == ["memcore_register_stores"]

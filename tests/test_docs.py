@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -40,7 +41,20 @@ def test_quickstart_code_runs(tmp_path: Path) -> None:
     assert (tmp_path / "memories" / "meta.json").exists()
 
 
-def test_the_main_job_runs() -> None:
+def test_memories_code_runs(tmp_path: Path) -> None:
+    code = _python_block("## Memories").replace("/tmp/agent-memory", str(tmp_path / "agent-memory"))
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README memories", "exec"), namespace)
+    assert namespace["tokens"] <= 2_000
+    assert namespace["memory"].store.count(namespace["session"]) == 1
+
+
+def test_make_demo_runs_memcore_demo() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo: \$\(STAMP\)\n\t\$\(BIN\)/memcore demo$", makefile, re.M)
+
+
+def test_the_quickstart_example_runs() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py")],
         capture_output=True,

@@ -186,7 +186,7 @@ def test_unknown_plugin_message_mentions_a_restricting_selection() -> None:
 @pytest.mark.parametrize(("prefix", "package"), sorted(EMBEDDER_PACKAGES.items()))
 def test_unknown_embedder_names_the_package(prefix: str, package: str) -> None:
     with pytest.raises(UnknownPluginError) as caught:
-        open_embedder(prefix + "all-MiniLM-L6-v2")
+        open_embedder(prefix + "all-mpnet-base-v2")  # a model no installed plugin provides
     message = str(caught.value)
     assert f"pip install '{package}'" in message
     assert "installed embedders: hash" in message
@@ -587,7 +587,12 @@ def test_plugin_infos_for_builtins_and_registered_plugins(stub_plugin: Any) -> N
         "memory": "memcore.stores.memory.MemoryStore",
         "jsonl": "memcore.stores.jsonl.JsonlStore",
     }
-    assert builtin.embedders == {"hash": "memcore.embedders.hashing.HashEmbedder"}
+    assert builtin.embedders == {
+        "hash": "memcore.embedders.hashing.HashEmbedder",
+        "sentence-transformers/all-MiniLM-L6-v2": (
+            "memcore.embedders.sentence_transformers.SentenceTransformerEmbedder"
+        ),
+    }
     stub = infos[stub_plugin.name]
     assert set(stub.stores) == {"stub", "stub+extra"}
     assert stub.as_dict()["embedders"] == {"stub-hash": "memcore.embedders.hashing.HashEmbedder"}

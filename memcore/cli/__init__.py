@@ -14,10 +14,10 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from memcore.cli import plugins
+from memcore.cli import demo, plugins
 from memcore.errors import MemcoreError
 
-COMMANDS = (plugins,)
+COMMANDS = (demo, plugins)
 """The command modules, in the order ``memcore --help`` lists them."""
 
 

@@ -16,6 +16,7 @@ names that capability. Install with ``pip install memcore[testing]``.
 
 from memcore.testing.filter_tests import DifferentialFilterTests, FilterTests
 from memcore.testing.helpers import StoreFactory, StoreFixtures
+from memcore.testing.memory_tests import MemoryConformance
 from memcore.testing.safety_tests import BadInputTests, ClosedStoreTests, ScopeIsolationTests
 from memcore.testing.store_tests import (
     AddTests,
@@ -45,6 +46,7 @@ class StoreConformance(
     PersistenceTests,
     ConcurrencyTests,
     VectorSpaceTests,
+    MemoryConformance,
 ):
     """Every conformance test. Subclass it and override the ``store_factory`` fixture."""
 
@@ -60,6 +62,7 @@ __all__ = [
     "FilterTests",
     "GetTests",
     "ListTests",
+    "MemoryConformance",
     "PersistenceTests",
     "ScopeIsolationTests",
     "SearchTests",

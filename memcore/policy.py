@@ -1,0 +1,60 @@
+"""What a memory saves, how much it recalls, and how wide recall reaches.
+
+Defaults are chosen for a chat agent with long-term memory: every turn saved,
+five recalled records of at most 2,000 characters each, recall across all the
+sessions of the same agent and user, and nothing injected when recall is empty.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import pydantic
+
+from memcore.errors import InvalidInputError
+from memcore.model_base import MemcoreModel
+from memcore.scope import Scope
+
+RecallReach = Literal["session", "agent", "user", "tenant"]
+
+_KEPT_FIELDS: dict[str, tuple[str, ...]] = {
+    "session": ("tenant", "user_id", "agent_id", "session_id"),
+    "agent": ("tenant", "user_id", "agent_id"),
+    "user": ("tenant", "user_id"),
+    "tenant": ("tenant",),
+}
+
+
+class MemoryPolicy(MemcoreModel):
+    """How an :class:`~memcore.memories.AgentMemory` saves and recalls.
+
+    :param auto_save: :meth:`~memcore.memories.AgentMemory.observe` stores the
+        turns it is shown (``True``, default); with ``False`` only explicit
+        ``write``/``write_records`` calls store anything.
+    :param inject_when_empty: when recall finds nothing, add a short system note
+        saying so (``False``, default: add nothing).
+    :param limit: how many records recall returns (default 5).
+    :param max_chars: recalled content longer than this is cut in the context,
+        never in the store (default 2,000).
+    :param scope: how far recall reaches from the memory's own scope: the
+        ``session`` alone, every session of the ``agent`` (default), everything of
+        the ``user``, or the whole ``tenant``. Fields the memory's scope leaves
+        unset stay unset.
+    """
+
+    invalid_error: ClassVar[type[InvalidInputError]] = InvalidInputError
+
+    auto_save: bool = True
+    inject_when_empty: bool = False
+    limit: int = pydantic.Field(default=5, ge=1, le=1_000)
+    max_chars: int = pydantic.Field(default=2_000, ge=1)
+    scope: RecallReach = "agent"
+
+    def recall_scope(self, scope: Scope) -> Scope:
+        """The scope recall reads, derived from a memory's own ``scope``.
+
+        When dropping the narrower fields would leave nothing, the memory's own
+        scope is used: recall never widens to :meth:`Scope.everything`.
+        """
+        kept = {name: value for name, value in scope.items() if name in _KEPT_FIELDS[self.scope]}
+        return Scope(**kept) if kept else scope

@@ -1,0 +1,173 @@
+"""Memories beyond the conformance suite: history pinning, policy, write barriers, bad input."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from memcore.embedders.hashing import HashEmbedder
+from memcore.errors import ContextBudgetError, EmbedderMismatchError, InvalidInputError, ScopeError
+from memcore.memories import NO_MEMORIES_NOTE, ChatHistoryMemory, LongtermMemory, VectorMemory
+from memcore.policy import MemoryPolicy
+from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall
+from memcore.scope import Scope
+from memcore.stores.memory import MemoryStore
+
+SCOPE = Scope(tenant="t", user_id="u", agent_id="a", session_id="s1")
+
+
+class CountingEmbedder(HashEmbedder):
+    """A hash embedder that counts the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=32)
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(list(texts))
+        return super().embed(texts)
+
+
+def test_history_window_pins_the_first_system_message() -> None:
+    memory = ChatHistoryMemory(MemoryStore(), SCOPE, window=3)
+    memory.write([Message(role="system", content="rules"), Message(role="system", content="later system")])
+    memory.write([Message(role="user", content=f"turn {i}") for i in range(6)])
+    contents = [item.record.message.content for item in memory.retrieve()]
+    assert contents == ["rules", "turn 3", "turn 4", "turn 5"]
+
+
+def test_history_memory_stores_no_vectors_and_reads_only_its_session() -> None:
+    store = MemoryStore()
+    memory = ChatHistoryMemory(store, SCOPE)
+    memory.write([Message(role="user", content="hello")])
+    other = ChatHistoryMemory(store, SCOPE.model_copy(update={"session_id": "s2"}))
+    assert other.retrieve() == []
+    assert store.dimension is None
+
+
+def test_one_write_embeds_once_and_stores_once() -> None:
+    store, embedder = MemoryStore(), CountingEmbedder()
+    memory = LongtermMemory(store, embedder, SCOPE)
+    memory.write([Message(role="user", content="My cat is Mochi"), Message(role="assistant", content="Nice")])
+    assert embedder.calls == [["My cat is Mochi", "Nice"]]
+    assert store.count(SCOPE) == 2
+    memory.retrieve()
+    assert embedder.calls == [["My cat is Mochi", "Nice"]], (
+        "the latest user message is embedded from the cache"
+    )
+    memory.retrieve("a new question")
+    assert embedder.calls[-1] == ["a new question"]
+
+
+def test_a_store_of_another_embedder_is_refused() -> None:
+    store = MemoryStore()
+    VectorMemory(store, HashEmbedder(dim=32), SCOPE)
+    with pytest.raises(EmbedderMismatchError):
+        VectorMemory(store, HashEmbedder(dim=64), SCOPE)
+
+
+def test_records_outside_the_memory_scope_are_refused() -> None:
+    store = MemoryStore()
+    memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
+    stranger = MemoryRecord(
+        scope=Scope(tenant="t", user_id="someone-else"), message=Message(role="user", content="x")
+    )
+    with pytest.raises(ScopeError):
+        memory.write_records([stranger])
+    assert store.count(Scope.everything()) == 0
+
+
+def test_a_memory_needs_a_concrete_scope() -> None:
+    with pytest.raises(InvalidInputError):
+        ChatHistoryMemory(MemoryStore(), Scope.everything())
+
+
+def test_policy_controls_saving_limits_and_reach() -> None:
+    store = MemoryStore()
+    quiet = LongtermMemory(store, HashEmbedder(dim=32), SCOPE, policy=MemoryPolicy(auto_save=False))
+    assert quiet.observe([Message(role="user", content="not saved")]) == []
+    assert store.count(SCOPE) == 0
+
+    policy = MemoryPolicy(limit=2, max_chars=10, scope="session", inject_when_empty=True)
+    memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE, window=1, policy=policy)
+    assert memory.read_scope == SCOPE
+    [note, *_] = [i for i in memory.retrieve("anything") if i.source == "recall"] or [None]
+    assert note is not None and note.record.message.content == NO_MEMORIES_NOTE
+    memory.observe([Message(role="user", content=f"a long fact about cats number {i}") for i in range(5)])
+    recalled = [i for i in memory.retrieve("fact about cats") if i.source == "recall"]
+    assert len(recalled) == 2
+    messages, _ = memory.get_context(query="fact about cats")
+    assert any(m["content"].endswith("…") and len(m["content"]) == 11 for m in messages)
+    assert all(len(r.message.content) > 10 for r in store.list(SCOPE))
+
+
+def test_default_policy_recalls_across_the_agents_sessions() -> None:
+    assert MemoryPolicy().recall_scope(SCOPE) == Scope(tenant="t", user_id="u", agent_id="a")
+    assert MemoryPolicy(scope="tenant").recall_scope(SCOPE) == Scope(tenant="t")
+    assert MemoryPolicy(scope="user").recall_scope(Scope(session_id="x")) == Scope(session_id="x")
+    with pytest.raises(InvalidInputError):
+        MemoryPolicy(limit=0)
+
+
+def test_buffers_commit_in_declaration_order_and_failed_tasks_are_discarded() -> None:
+    store = MemoryStore()
+    memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
+    first, failing, last = memory.buffer(), memory.buffer(), memory.buffer()
+    started = threading.Barrier(3)
+
+    def task(buffer_index: int) -> None:
+        buffer = (first, failing, last)[buffer_index]
+        started.wait()
+        try:
+            with buffer:
+                buffer.write([Message(role="assistant", content=f"task {buffer_index} result")])
+                if buffer is failing:
+                    raise RuntimeError("task failed")
+        except RuntimeError:
+            pass
+
+    threads = [threading.Thread(target=task, args=(i,)) for i in (2, 1, 0)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert store.count(SCOPE) == 0, "readers never see uncommitted writes"
+    committed = memory.barrier()
+    assert [r.message.content for r in committed] == ["task 0 result", "task 2 result"]
+    assert [r.message.content for r in store.list(SCOPE)] == ["task 0 result", "task 2 result"]
+    assert memory.barrier() == []
+    with pytest.raises(InvalidInputError):
+        failing.write([Message(role="user", content="late")])
+
+
+def test_get_context_keeps_tool_calls_with_their_results() -> None:
+    memory = LongtermMemory(MemoryStore(), HashEmbedder(dim=32), SCOPE, window=3)
+    call = ToolCall(id="c1", function=FunctionCall(name="weather", arguments="{}"))
+    memory.write(
+        [
+            Message(role="user", content="weather?"),
+            Message(role="assistant", content="", tool_calls=(call,)),
+            Message(role="tool", content="sunny", tool_call_id="c1"),
+            Message(role="assistant", content="It is sunny."),
+        ]
+    )
+    messages, _ = memory.get_context(query="weather")
+    roles = [m["role"] for m in messages]
+    assert roles[-3:] == ["assistant", "tool", "assistant"]
+    assert messages[-3]["tool_calls"][0]["id"] == messages[-2]["tool_call_id"] == "c1"
+    small, _ = memory.get_context(60, query="weather")
+    small_roles = [m["role"] for m in small]
+    assert ("tool" in small_roles) == any("tool_calls" in m for m in small)
+
+
+def test_token_limit_errors_are_typed() -> None:
+    memory = ChatHistoryMemory(MemoryStore(), SCOPE)
+    memory.write([Message(role="system", content="a very long system prompt " * 50)])
+    with pytest.raises(ContextBudgetError):
+        memory.get_context(20)
+    with pytest.raises(ContextBudgetError):
+        memory.get_context(-5)
