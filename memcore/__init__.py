@@ -22,13 +22,23 @@ from memcore import errors
 if TYPE_CHECKING:
     from memcore.context import ChronologicalContextCreator, ContextCreator, ScoreBasedContextCreator
     from memcore.hookspecs import hookimpl
+    from memcore.memories import AgentMemory, ChatHistoryMemory, LongtermMemory, VectorMemory
     from memcore.plugins import open_embedder, open_store
+    from memcore.policy import MemoryPolicy
     from memcore.records import ContextRecord, MemoryRecord, Message, ScoredRecord
     from memcore.scope import Scope
+    from memcore.sessions import MemoryModel, SessionMemory
     from memcore.store import BaseStore, Capabilities, Store
     from memcore.tokens import HeuristicTokenCounter, TokenCounter
 
 _LAZY_EXPORTS: dict[str, str] = {
+    "AgentMemory": "memcore.memories",
+    "ChatHistoryMemory": "memcore.memories",
+    "LongtermMemory": "memcore.memories",
+    "MemoryModel": "memcore.sessions",
+    "MemoryPolicy": "memcore.policy",
+    "SessionMemory": "memcore.sessions",
+    "VectorMemory": "memcore.memories",
     "BaseStore": "memcore.store",
     "Capabilities": "memcore.store",
     "ChronologicalContextCreator": "memcore.context",
@@ -48,19 +58,26 @@ _LAZY_EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AgentMemory",
     "BaseStore",
     "Capabilities",
+    "ChatHistoryMemory",
     "ChronologicalContextCreator",
     "ContextCreator",
     "ContextRecord",
     "HeuristicTokenCounter",
+    "LongtermMemory",
+    "MemoryModel",
+    "MemoryPolicy",
     "MemoryRecord",
     "Message",
     "Scope",
     "ScoreBasedContextCreator",
     "ScoredRecord",
+    "SessionMemory",
     "Store",
     "TokenCounter",
+    "VectorMemory",
     "errors",
     "hookimpl",
     "open_embedder",

@@ -14,12 +14,15 @@ from typing import Protocol
 from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError, ScopeError
 from memcore.filters import Filter, FilterSpec
-from memcore.records import ContextRecord, MemoryRecord, Message
+from memcore.records import SUMMARY_KIND, ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
 
 PINNED_ROLES = ("system", "developer")
 """The roles of the message pinned at the top of the history (its first one)."""
+
+TOOL_UNIT_LOOKBACK = 8
+"""How many records before the window the history reads to keep a tool call with its results."""
 
 
 def embedding_text(message: Message) -> str:
@@ -38,6 +41,13 @@ def check_in_scope(scope: Scope, records: Sequence[MemoryRecord]) -> None:
             )
 
 
+def check_positive(name: str, value: int) -> int:
+    """Refuse a count that is not a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 class MemoryBlock(Protocol):
     """Stores records and retrieves them as context, within one scope."""
 
@@ -45,6 +55,10 @@ class MemoryBlock(Protocol):
 
     def write_records(self, records: Sequence[MemoryRecord]) -> None:
         """Store records (each must lie within the block's scope)."""
+        ...
+
+    def retrieve(self, query: str | None = None) -> list[ContextRecord]:
+        """The block's records for the next model call (``query`` where the block uses one)."""
         ...
 
     def clear(self) -> int:
@@ -61,26 +75,49 @@ class ChatHistoryBlock:
     """
 
     def __init__(self, store: Store, scope: Scope, window: int = 20) -> None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise InvalidInputError(f"window must be a positive integer, got {window!r}")
-        self.store, self.scope, self.window = store, scope, window
+        self.store, self.scope, self.window = store, scope, check_positive("window", window)
 
     def write_records(self, records: Sequence[MemoryRecord]) -> None:
         """Store records without vectors (history is read by time only)."""
         check_in_scope(self.scope, records)
         self.store.add(records)
 
-    def retrieve(self, window: int | None = None) -> list[ContextRecord]:
-        """The last ``window`` records in time order, after the pinned system message.
+    def recent(self, window: int | None = None) -> list[MemoryRecord]:
+        """The last ``window`` records in time order, reaching back to keep tool calls with their results.
 
-        The first system or developer message of the scope is pinned: it leads the
-        result even when it has fallen out of the window. Scores are 1.0.
+        When the window would open on a tool result, up to
+        :data:`TOOL_UNIT_LOOKBACK` earlier records are added until it opens on
+        the assistant message that made the call.
         """
-        recent = self.store.list(self.scope, order="desc", limit=window or self.window)[::-1]
-        pinned = self.store.list(self.scope, filter={"role": {"$in": list(PINNED_ROLES)}}, limit=1)
-        if pinned and all(record.id != pinned[0].id for record in recent):
-            recent.insert(0, pinned[0])
-        return [ContextRecord(record=record, score=1.0, source="history") for record in recent]
+        size = window or self.window
+        newest_first = self.store.list(self.scope, order="desc", limit=size + TOOL_UNIT_LOOKBACK)
+        start = min(size, len(newest_first))
+        while start < len(newest_first) and newest_first[start - 1].message.role == "tool":
+            start += 1
+        return newest_first[:start][::-1]
+
+    def pinned(self) -> MemoryRecord | None:
+        """The first system or developer message of the scope (summaries excluded), if any."""
+        spec: FilterSpec = {"role": {"$in": list(PINNED_ROLES)}, "kind": {"$ne": SUMMARY_KIND}}
+        found = self.store.list(self.scope, filter=spec, limit=1)
+        return found[0] if found else None
+
+    def retrieve(self, query: str | None = None, *, window: int | None = None) -> list[ContextRecord]:
+        """The pinned system message, then the recent window in time order; ``query`` is not used.
+
+        The first system or developer message of the scope leads even when it has
+        fallen out of the window. Window records are scored by recency, from
+        1/len(window) (oldest) to 1.0 (newest), so that a score-based context
+        creator gives up old turns before it gives up well-matched recalled records.
+        """
+        recent = self.recent(window)
+        pinned = self.pinned()
+        items = []
+        if pinned is not None and all(record.id != pinned.id for record in recent):
+            items.append(ContextRecord(record=pinned, score=1.0, source="history"))
+        for rank, record in enumerate(recent, start=1):
+            items.append(ContextRecord(record=record, score=rank / len(recent), source="history"))
+        return items
 
     def clear(self) -> int:
         """Delete every record of the block's scope; return how many."""
@@ -88,7 +125,7 @@ class ChatHistoryBlock:
 
 
 class VectorBlock:
-    """Recall by similarity to a query, over every record of the scope that has a vector.
+    """Recall by similarity to a query, and/or by text, over every record of the scope.
 
     :param store: where the records live (bound to ``embedder``'s vector space).
     :param embedder: turns messages and queries into vectors.
@@ -97,9 +134,8 @@ class VectorBlock:
     """
 
     def __init__(self, store: Store, embedder: Embedder, scope: Scope, recall_limit: int = 5) -> None:
-        if isinstance(recall_limit, bool) or not isinstance(recall_limit, int) or recall_limit < 1:
-            raise InvalidInputError(f"recall_limit must be a positive integer, got {recall_limit!r}")
-        self.store, self.embedder, self.scope, self.recall_limit = store, embedder, scope, recall_limit
+        self.store, self.embedder, self.scope = store, embedder, scope
+        self.recall_limit = check_positive("recall_limit", recall_limit)
 
     def write_records(self, records: Sequence[MemoryRecord]) -> None:
         """Embed the records in one batch and store them with their vectors."""
@@ -108,13 +144,27 @@ class VectorBlock:
             self.store.add(records, self.embedder.embed([embedding_text(r.message) for r in records]))
 
     def retrieve(
-        self, query: str, *, limit: int | None = None, filter: FilterSpec | Filter | None = None
+        self,
+        query: str | None = None,
+        *,
+        text: str | None = None,
+        limit: int | None = None,
+        filter: FilterSpec | Filter | None = None,
     ) -> list[ContextRecord]:
-        """The records most similar to ``query``, best first, scored by cosine similarity."""
-        if not isinstance(query, str) or not query.strip():
+        """The records most similar to ``query`` (cosine score), among those containing ``text``.
+
+        With ``text`` alone: the newest records containing it (score 1.0).
+
+        :raises InvalidInputError: if neither ``query`` nor ``text`` is a non-empty string.
+        """
+        if query is not None and (not isinstance(query, str) or not query.strip()):
             raise InvalidInputError(f"a recall query is a non-empty string, got {query!r}")
-        [vector] = self.embedder.embed([query])
-        hits = self.store.search(self.scope, vector=vector, filter=filter, limit=limit or self.recall_limit)
+        if query is None and text is None:
+            raise InvalidInputError("recall needs a query, a text, or both")
+        vector = None if query is None else self.embedder.embed([query])[0]
+        hits = self.store.search(
+            self.scope, vector=vector, text=text, filter=filter, limit=limit or self.recall_limit
+        )
         return [ContextRecord(record=hit.record, score=hit.score, source="recall") for hit in hits]
 
     def clear(self) -> int:

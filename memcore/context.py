@@ -1,10 +1,9 @@
 """Turning retrieved records into a chat prompt that fits a token budget.
 
-A memory retrieves :class:`~memcore.records.ContextRecord` objects and passes
-them, in the order it wants them in the prompt, to a :class:`ContextCreator`.
-``LongtermMemory`` for instance passes the system message, then recalled hits,
-then the recent window. The creator returns
-OpenAI chat messages and their token count, and enforces the budget for real:
+A memory retrieves :class:`~memcore.records.ContextRecord` objects (for
+``LongtermMemory``: the system message, recalled hits and the recent window)
+and passes them to a :class:`ContextCreator`, which returns OpenAI chat
+messages and their token count, and enforces the budget for real:
 
 * The returned count is the token counter applied to the returned messages,
   computed on the final list, and is at most ``token_limit``; nothing assumes
@@ -23,8 +22,10 @@ OpenAI chat messages and their token count, and enforces the budget for real:
 * Records with the same id appear once: the occurrence from the recent window
   (``source="history"``) wins over a recalled one, else the first wins.
 * Units are dropped whole, in the creator's priority order (oldest first, or
-  lowest score first), until the prompt fits. The survivors keep the order in
-  which they were passed, after the pinned message.
+  lowest score first), until the prompt fits. The survivors follow the pinned
+  message in time order (``created_at``; records of the same time keep the
+  order they were passed in), so that a later fact always comes after an
+  earlier one; a tool unit stays together, its call first.
 
 With no records at all the output is empty and its count is the counter's
 count of an empty prompt (the reply priming of :class:`~memcore.tokens.HeuristicTokenCounter`).
@@ -56,7 +57,7 @@ class ContextCreator(Protocol):
     ) -> tuple[list[dict[str, Any]], int]:
         """The prompt for ``records``, trimmed to ``token_limit``.
 
-        :param records: the records in the order the prompt should follow.
+        :param records: the candidate records, in any order (ties in time keep this order).
         :param token_limit: the most tokens the prompt may cost; a positive int.
         :returns: the chat-completions messages and their exact token count.
         :raises ContextBudgetError: if ``token_limit`` is not a positive int, or
@@ -97,7 +98,7 @@ class _BudgetedContextCreator(ABC):
     ) -> tuple[list[dict[str, Any]], int]:
         """The prompt for ``records``, trimmed to ``token_limit`` (see :mod:`memcore.context`).
 
-        :param records: the records in the order the prompt should follow.
+        :param records: the candidate records, in any order (ties in time keep this order).
         :param token_limit: the most tokens the prompt may cost; a positive int.
         :returns: the chat-completions messages and
             ``token_counter.count(messages)``, which is at most ``token_limit``.
@@ -121,8 +122,8 @@ class _BudgetedContextCreator(ABC):
         drop_order = sorted(_units(ordered, pinned_at), key=self._drop_key)
 
         def prompt_without(dropped: int) -> list[Message]:
-            positions = sorted(position for unit in drop_order[dropped:] for position, _ in unit.members)
-            return head + [ordered[position].record.message for position in positions]
+            kept = sorted(drop_order[dropped:], key=lambda unit: (unit.oldest, unit.first_position))
+            return head + [record.record.message for unit in kept for _, record in unit.members]
 
         # Find the fewest units to drop by bisection over exact counts: a monotonic counter makes
         # "fits after dropping k" monotonic in k. Dropping everything is known to fit (head_tokens), and

@@ -92,6 +92,10 @@ class StoreCorruptedError(StoreError):
     """The store's files are damaged beyond what it can skip or recover."""
 
 
+class ConflictError(StoreError):
+    """What was read has changed in the store since: another writer got there first. Reload and retry."""
+
+
 class StoreUnavailableError(StoreError):
     """A store server cannot be reached; the call may succeed once it is back."""
 

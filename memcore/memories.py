@@ -2,16 +2,22 @@
 
 * :class:`ChatHistoryMemory`: the recent window of one conversation.
 * :class:`VectorMemory`: recall by similarity to a query.
-* :class:`LongtermMemory`: both. Its context is, in this order:
+* :class:`LongtermMemory`: both. It retrieves, in this order:
 
   1. the first system (or developer) message of the conversation, pinned;
   2. recalled records that are not already in the recent window (deduplicated
      by id), oldest first;
   3. the recent window, in time order.
 
-Every memory writes into its own :class:`~memcore.scope.Scope` and reads within
-it (recall within the wider scope its :class:`~memcore.policy.MemoryPolicy`
-allows). A record is written once, with its vector; ``forget`` deletes it by id
+  ``get_context`` hands them to a context creator, which keeps the system
+  message first and everything else in time order: the same order whenever the
+  recalled records predate the window (the usual case); a recalled record newer
+  than part of the window (from a parallel session) is placed at its time, so
+  that a later fact always follows an earlier one.
+
+Every memory writes into its own :class:`~memcore.scope.Scope`, reads its history
+there, and recalls within the wider scope its :class:`~memcore.policy.MemoryPolicy`
+allows. A record is written once, with its vector; ``forget`` deletes it by id
 from the store, so it disappears from history and recall alike.
 """
 
@@ -19,15 +25,15 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import Any, Literal
 from uuid import UUID
 
 from memcore.blocks import PINNED_ROLES, ChatHistoryBlock, VectorBlock, check_in_scope
 from memcore.context import ContextCreator, ScoreBasedContextCreator
 from memcore.embedders.base import Embedder
 from memcore.embedders.cache import cached
-from memcore.errors import InvalidInputError
+from memcore.errors import ContextBudgetError, InvalidInputError, InvalidRecordError
 from memcore.filters import Filter, FilterSpec
 from memcore.policy import MemoryPolicy
 from memcore.records import ContextRecord, MemoryRecord, Message, MetadataValue, utc_now
@@ -36,19 +42,27 @@ from memcore.store import Store, VectorSpace
 
 DEFAULT_TOKEN_LIMIT = 4_096
 NO_MEMORIES_NOTE = "No relevant memories were found for this conversation."
+RECALL_FILTER: FilterSpec = {"role": {"$nin": [*PINNED_ROLES, "tool"]}}
+"""Recall skips system prompts and tool results: they are not memories of the conversation."""
+TOOL_CALL_LOOKBACK = 50
+"""How many recent assistant messages a tool result's call is looked for among."""
+
+BufferState = Literal["open", "finished", "discarded", "committed"]
 
 
 class WriteBuffer:
-    """Writes of one task, held back until the memory's :meth:`AgentMemory.barrier`.
+    """The writes of one parallel task, held back until :meth:`AgentMemory.barrier`.
 
-    Use it as a context manager around the task: if the task raises, the buffer
-    is discarded. Readers never see buffered records before the barrier.
+    Use it as a context manager around the task: leaving the block normally
+    finishes the buffer (or call :meth:`finish`); an exception discards it.
+    Readers never see buffered records before the barrier commits them.
     """
 
-    def __init__(self, memory: AgentMemory) -> None:
-        self._memory = memory
+    def __init__(self, position: int) -> None:
+        self.position = position
+        self.state: BufferState = "open"
         self._messages: list[tuple[Message, str, dict[str, MetadataValue]]] = []
-        self.discarded = False
+        self._lock = threading.Lock()
 
     def write(
         self,
@@ -57,38 +71,54 @@ class WriteBuffer:
         kind: str = "turn",
         metadata: dict[str, MetadataValue] | None = None,
     ) -> None:
-        """Buffer messages; they become records of the memory's scope at the barrier."""
-        if self.discarded:
-            raise InvalidInputError("this buffer was discarded; its task failed")
-        self._messages.extend((message, kind, dict(metadata or {})) for message in messages)
+        """Buffer messages; the barrier makes them records of the memory's scope."""
+        with self._lock:
+            if self.state != "open":
+                raise InvalidInputError(f"buffer #{self.position} is {self.state}; it takes no more writes")
+            self._messages.extend((message, kind, dict(metadata or {})) for message in messages)
+
+    def finish(self) -> None:
+        """Mark the task done: the next barrier commits this buffer."""
+        with self._lock:
+            if self.state == "open":
+                self.state = "finished"
 
     def discard(self) -> None:
-        """Drop everything buffered; the barrier will write nothing of this buffer."""
-        self.discarded = True
-        self._messages.clear()
+        """Drop everything buffered: the barrier writes nothing of this buffer."""
+        with self._lock:
+            if self.state != "committed":
+                self.state = "discarded"
+                self._messages.clear()
 
-    def take(self) -> list[tuple[Message, str, dict[str, MetadataValue]]]:
-        """Hand over the buffered messages (the barrier calls this)."""
-        taken, self._messages = self._messages, []
-        return taken
+    def pending(self) -> list[tuple[Message, str, dict[str, MetadataValue]]]:
+        """What the barrier will write (nothing unless finished)."""
+        with self._lock:
+            return list(self._messages) if self.state == "finished" else []
+
+    def mark_committed(self) -> None:
+        with self._lock:
+            self.state = "committed"
+            self._messages.clear()
 
     def __enter__(self) -> WriteBuffer:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if exc_type is not None:
+        if exc_type is None:
+            self.finish()
+        else:
             self.discard()
 
 
 class AgentMemory(ABC):
-    """What every memory offers: write, retrieve, get_context, forget, clear.
+    """What every memory offers: write, retrieve, get_context, forget, clear, buffers.
 
     :param store: where the records live.
-    :param scope: the memory's own scope: records are written into it, and
-        :meth:`clear` empties exactly it.
+    :param scope: the memory's own scope: records are written into it, its
+        history is read from it, and :meth:`clear` empties exactly it.
     :param token_limit: the default budget of :meth:`get_context`.
     :param context_creator: fits records into the budget (default: drops the
-        lowest-scored first).
+        lowest-scored first; history scores fall with age from 1.0 to 1/window).
     :param policy: saving and recall settings.
     """
 
@@ -103,6 +133,8 @@ class AgentMemory(ABC):
     ) -> None:
         if scope.is_everything:
             raise InvalidInputError("a memory needs a concrete scope, not Scope.everything()")
+        if isinstance(token_limit, bool) or not isinstance(token_limit, int) or token_limit < 1:
+            raise ContextBudgetError(f"token_limit must be a positive integer, got {token_limit!r}")
         self.store, self.scope, self.token_limit = store, scope, token_limit
         self.context_creator = context_creator or ScoreBasedContextCreator()
         self.policy = policy or MemoryPolicy()
@@ -110,17 +142,45 @@ class AgentMemory(ABC):
         self._buffers_lock = threading.Lock()
 
     @property
-    def read_scope(self) -> Scope:
-        """The widest scope the memory reads and forgets in."""
+    def recall_scope(self) -> Scope:
+        """The scope recall reads (and ``forget`` by id reaches): the memory's own by default."""
         return self.scope
 
     @abstractmethod
-    def write_records(self, records: Sequence[MemoryRecord]) -> None:
-        """Store records of the memory's scope, once each."""
+    def _store_records(self, records: Sequence[MemoryRecord]) -> None:
+        """Write checked records to the store, once each."""
 
     @abstractmethod
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
-        """The records for the next model call, in the order the context lists them."""
+        """The candidate records for the next model call."""
+
+    def write_records(self, records: Sequence[MemoryRecord]) -> None:
+        """Store records of the memory's scope, once each.
+
+        :raises ScopeError: for a record outside the memory's scope.
+        :raises InvalidRecordError: for a tool result whose call is neither in
+            the batch nor among the scope's recent assistant messages.
+        """
+        check_in_scope(self.scope, records)
+        self._check_tool_results([record.message for record in records])
+        self._store_records(records)
+
+    def _check_tool_results(self, messages: Sequence[Message]) -> None:
+        calls: set[str] = set()
+        missing: list[str] = []
+        for message in messages:
+            calls.update(call.id for call in message.tool_calls or ())
+            if message.tool_call_id is not None and message.tool_call_id not in calls:
+                missing.append(message.tool_call_id)
+        if not missing:
+            return
+        recent = self.store.list(
+            self.scope, filter={"role": "assistant"}, order="desc", limit=TOOL_CALL_LOOKBACK
+        )
+        calls.update(call.id for record in recent for call in record.message.tool_calls or ())
+        orphans = [call_id for call_id in missing if call_id not in calls]
+        if orphans:
+            raise InvalidRecordError(f"tool results answer calls this memory has not seen: {orphans}")
 
     def write(
         self,
@@ -146,9 +206,8 @@ class AgentMemory(ABC):
     ) -> tuple[list[dict[str, Any]], int]:
         """The messages for the next model call and their token count, within ``token_limit``."""
         records = [self._shorten(r) if r.source == "recall" else r for r in self.retrieve(query)]
-        return self.context_creator.create_context(
-            records, self.token_limit if token_limit is None else token_limit
-        )
+        limit = self.token_limit if token_limit is None else token_limit
+        return self.context_creator.create_context(records, limit)
 
     def _shorten(self, item: ContextRecord) -> ContextRecord:
         message = item.record.message
@@ -158,12 +217,20 @@ class AgentMemory(ABC):
         return item.model_copy(update={"record": item.record.model_copy(update={"message": cut})})
 
     def forget(self, ids: Sequence[UUID | str]) -> int:
-        """Delete these records (within :attr:`read_scope`) from the store: history and recall alike."""
-        return self.store.delete(self.read_scope, ids)
+        """Delete these records from the store (history and recall alike); return how many.
 
-    def forget_where(self, filter: FilterSpec | Filter) -> int:
-        """Delete every record within :attr:`read_scope` that matches ``filter``."""
-        return self.store.delete_where(self.read_scope, filter)
+        Reaches every record the memory can show: its own scope and, for
+        memories that recall, the recall scope.
+        """
+        return self.store.delete(self.recall_scope, ids)
+
+    def forget_where(self, filter: FilterSpec | Filter, *, in_recall_scope: bool = False) -> int:
+        """Delete the records of the memory's own scope that match ``filter``; return how many.
+
+        :param in_recall_scope: reach the whole recall scope instead (for the
+            default policy: every session of the agent).
+        """
+        return self.store.delete_where(self.recall_scope if in_recall_scope else self.scope, filter)
 
     def clear(self) -> int:
         """Delete every record of the memory's own scope, and nothing else."""
@@ -175,36 +242,42 @@ class AgentMemory(ABC):
         Buffers are committed in the order they were created here (their
         declaration order), whatever order the tasks finish in.
         """
-        created = WriteBuffer(self)
         with self._buffers_lock:
+            created = WriteBuffer(len(self._buffers))
             self._buffers.append(created)
         return created
 
     def barrier(self) -> list[MemoryRecord]:
-        """Commit every pending buffer in declaration order; discarded buffers write nothing.
+        """Commit every finished buffer in declaration order, in one batch; skip discarded ones.
 
-        All buffered messages are written in one batch (one embedding call),
-        stamped in declaration order so that history reads them in that order.
+        Records are stamped in declaration order, so history reads them in that
+        order. If writing fails, nothing is committed and the buffers stay
+        pending, so the barrier can be retried.
+
+        :raises InvalidInputError: if a buffer is still open (its task has not
+            finished): a barrier comes after every task.
         """
         with self._buffers_lock:
-            pending, self._buffers = self._buffers, []
-        records = [
-            MemoryRecord(
-                scope=self.scope, message=message, kind=kind, metadata=metadata, created_at=utc_now()
-            )
-            for buffer in pending
-            for message, kind, metadata in buffer.take()
-        ]
-        if records:
-            self.write_records(records)
+            still_open = [b.position for b in self._buffers if b.state == "open"]
+            if still_open:
+                raise InvalidInputError(
+                    f"buffers {still_open} are still open: call barrier() after every task has left its "
+                    "`with buffer:` block (or called finish() or discard())"
+                )
+            pending = [b for b in self._buffers if b.state == "finished"]
+            records = [
+                MemoryRecord(
+                    scope=self.scope, message=message, kind=kind, metadata=metadata, created_at=utc_now()
+                )
+                for buffer in pending
+                for message, kind, metadata in buffer.pending()
+            ]
+            if records:
+                self.write_records(records)
+            for buffer in pending:
+                buffer.mark_committed()
+            self._buffers = []
         return records
-
-    def _latest_user_message(self) -> str | None:
-        for scope in dict.fromkeys([self.scope, self.read_scope]):
-            for record in self.store.list(scope, filter={"role": "user"}, order="desc", limit=5):
-                if record.message.content.strip():
-                    return record.message.content
-        return None
 
 
 class ChatHistoryMemory(AgentMemory):
@@ -217,7 +290,7 @@ class ChatHistoryMemory(AgentMemory):
         super().__init__(store, scope, **options)
         self.history = ChatHistoryBlock(store, scope, window)
 
-    def write_records(self, records: Sequence[MemoryRecord]) -> None:
+    def _store_records(self, records: Sequence[MemoryRecord]) -> None:
         self.history.write_records(records)
 
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
@@ -240,18 +313,29 @@ class VectorMemory(AgentMemory):
         self.recall = VectorBlock(store, self.embedder, self.policy.recall_scope(scope), self.policy.limit)
 
     @property
-    def read_scope(self) -> Scope:
+    def recall_scope(self) -> Scope:
         return self.recall.scope
 
-    def write_records(self, records: Sequence[MemoryRecord]) -> None:
-        check_in_scope(self.scope, records)
+    def _store_records(self, records: Sequence[MemoryRecord]) -> None:
         self.recall.write_records(records)
 
-    def _recall(self, query: str | None) -> list[ContextRecord]:
-        query = query if query is not None else self._latest_user_message()
+    def _latest_user_message(self, window: Sequence[ContextRecord] = ()) -> str | None:
+        for item in reversed(window):
+            if item.record.message.role == "user" and item.record.message.content.strip():
+                return item.record.message.content
+        for scope in dict.fromkeys([self.scope, self.recall_scope]):
+            for record in self.store.list(scope, filter={"role": "user"}, order="desc", limit=5):
+                if record.message.content.strip():
+                    return record.message.content
+        return None
+
+    def _recall(self, query: str | None, exclude: Collection[UUID] = ()) -> list[ContextRecord]:
+        """Up to ``policy.limit`` hits for ``query`` that are not in ``exclude``, best first."""
         if query is None or not query.strip():
             return []
-        return self.recall.retrieve(query, filter={"role": {"$nin": list(PINNED_ROLES)}})
+        hits = self.recall.retrieve(query, filter=RECALL_FILTER, limit=self.policy.limit + len(exclude))
+        kept = [h for h in hits if h.record.id not in exclude and not h.record.message.tool_calls]
+        return kept[: self.policy.limit]
 
     def _note_if_empty(self, hits: list[ContextRecord]) -> list[ContextRecord]:
         if hits or not self.policy.inject_when_empty:
@@ -261,7 +345,7 @@ class VectorMemory(AgentMemory):
 
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
         """Records similar to ``query`` (default: the latest user message in the store), best first."""
-        return self._note_if_empty(self._recall(query))
+        return self._note_if_empty(self._recall(query if query is not None else self._latest_user_message()))
 
 
 class LongtermMemory(VectorMemory):
@@ -281,6 +365,6 @@ class LongtermMemory(VectorMemory):
         window = self.history.retrieve()
         pinned = window[:1] if window and window[0].record.message.role in PINNED_ROLES else []
         in_window = {item.record.id for item in window}
-        hits = [hit for hit in self._recall(query) if hit.record.id not in in_window]
+        hits = self._recall(query if query is not None else self._latest_user_message(window), in_window)
         hits.sort(key=lambda hit: hit.record.created_at)
         return pinned + self._note_if_empty(hits) + window[len(pinned) :]

@@ -53,8 +53,13 @@ class MemoryPolicy(MemcoreModel):
     def recall_scope(self, scope: Scope) -> Scope:
         """The scope recall reads, derived from a memory's own ``scope``.
 
-        When dropping the narrower fields would leave nothing, the memory's own
-        scope is used: recall never widens to :meth:`Scope.everything`.
+        Recall widens to a level only when the scope names that level: reaching
+        every session of the ``agent`` needs ``agent_id``, the ``user`` needs
+        ``user_id``, the ``tenant`` needs ``tenant``. Otherwise the memory's own
+        scope is used, so a scope that names only a tenant and a session never
+        widens to every user of the tenant.
         """
-        kept = {name: value for name, value in scope.items() if name in _KEPT_FIELDS[self.scope]}
-        return Scope(**kept) if kept else scope
+        kept_fields = _KEPT_FIELDS[self.scope]
+        if getattr(scope, kept_fields[-1]) is None:
+            return scope
+        return Scope(**{name: value for name, value in scope.items() if name in kept_fields})

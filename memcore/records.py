@@ -27,6 +27,8 @@ MetadataValue = str | int | float | bool | list[str]
 """What a metadata value may be: a scalar or a list of strings."""
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+SUMMARY_KIND = "summary"
+"""The ``kind`` of records that summarise older turns of a session."""
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 

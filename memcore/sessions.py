@@ -2,15 +2,21 @@
 
 :class:`SessionMemory` keeps each session in its own scope (the memory's scope
 plus ``session_id``) on any store. ``load`` returns a :class:`MemoryModel`;
-``commit`` makes the store match it. When the prompt the model makes exceeds
-``summarize_over`` tokens, the older turns are replaced *in the prompt* by a
-summary record (``kind="summary"``, ``metadata.covers`` lists the ids it
-covers) written by a pluggable :class:`Summarizer`. The originals stay in the
-store, recallable, until the user forgets them.
+``commit`` makes the store match it, unless another writer committed the
+session since it was loaded (:class:`~memcore.errors.ConflictError`: reload
+and retry). When the prompt the model makes exceeds ``summarize_over`` tokens,
+the older turns (never the leading system or developer turns) are replaced *in
+the prompt* by a summary record (``kind="summary"``) written by a pluggable
+:class:`Summarizer`. Each summary lists the ids of the turns it newly covers in
+``metadata.covers`` (so a record stays small however long the session) and the
+summary it extends in ``metadata.extends``. The originals stay in the store
+(recallable by a :class:`~memcore.memories.VectorMemory` when the session
+memory has an embedder) until the user forgets them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -19,16 +25,15 @@ from uuid import UUID, uuid4
 
 import pydantic
 
-from memcore.blocks import embedding_text
+from memcore.blocks import PINNED_ROLES, embedding_text
 from memcore.embedders.base import Embedder
-from memcore.errors import InvalidInputError, InvalidRecordError, ScopeError
+from memcore.errors import ConflictError, InvalidInputError, InvalidRecordError, ScopeError
 from memcore.model_base import MemcoreModel
-from memcore.records import MemoryRecord, Message, utc_now
+from memcore.records import SUMMARY_KIND, MemoryRecord, Message, MetadataValue, utc_now
 from memcore.scope import Scope, validate_scope_value
 from memcore.store import Store, VectorSpace
 from memcore.tokens import HeuristicTokenCounter, TokenCounter
 
-SUMMARY_KIND = "summary"
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 
@@ -38,6 +43,17 @@ class SessionTurn(MemcoreModel):
     id: UUID = pydantic.Field(default_factory=uuid4)
     message: Message
     created_at: datetime = pydantic.Field(default_factory=utc_now)
+
+
+def without_orphans(turns: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """The turns minus tool results whose call is not among them (say, the call was forgotten)."""
+    calls: set[str] = set()
+    kept = []
+    for turn in turns:
+        calls.update(call.id for call in turn.message.tool_calls or ())
+        if turn.message.tool_call_id is None or turn.message.tool_call_id in calls:
+            kept.append(turn)
+    return kept
 
 
 def check_tool_pairs(messages: Sequence[Message]) -> None:
@@ -61,8 +77,11 @@ class MemoryModel(MemcoreModel):
     Round-trips exactly through ``model_dump()`` / ``model_validate()``.
 
     :param session_id: the session (a valid scope value).
-    :param turns: the messages not covered by the summary, oldest first.
+    :param turns: the messages not covered by the summary, oldest first
+        (``created_at`` must not decrease: append, don't insert).
     :param summary: the summary of the turns before them, if any.
+    :param revision: what :meth:`SessionMemory.load` saw; ``commit`` refuses the
+        model if the stored session has changed since (``None``: a new session).
     """
 
     model_config = pydantic.ConfigDict(frozen=False, extra="forbid", validate_assignment=True)
@@ -70,6 +89,7 @@ class MemoryModel(MemcoreModel):
     session_id: str
     turns: list[SessionTurn] = pydantic.Field(default_factory=list)
     summary: str | None = None
+    revision: str | None = None
 
     @pydantic.field_validator("session_id")
     @classmethod
@@ -81,6 +101,9 @@ class MemoryModel(MemcoreModel):
         ids = [turn.id for turn in self.turns]
         if len(ids) != len(set(ids)):
             raise ValueError("two turns share one id")
+        stamps = [turn.created_at for turn in self.turns]
+        if stamps != sorted(stamps):
+            raise ValueError("turns must be in time order: append new turns rather than inserting them")
         check_tool_pairs([turn.message for turn in self.turns])
         return self
 
@@ -97,9 +120,15 @@ class MemoryModel(MemcoreModel):
         return [turn.message for turn in self.turns]
 
     def to_messages(self) -> list[Message]:
-        """The prompt: the summary (as a system message) if any, then the turns."""
-        head = [] if self.summary is None else [Message(role="system", content=SUMMARY_PREFIX + self.summary)]
-        return head + self.messages
+        """The prompt: the leading system turns, the summary (as a system message) if any, then the rest."""
+        messages = self.messages
+        lead = 0
+        while lead < len(messages) and messages[lead].role in PINNED_ROLES:
+            lead += 1
+        summary = (
+            [] if self.summary is None else [Message(role="system", content=SUMMARY_PREFIX + self.summary)]
+        )
+        return messages[:lead] + summary + messages[lead:]
 
 
 class Summarizer(Protocol):
@@ -205,22 +234,31 @@ class SessionMemory:
         """The scope of one session's records."""
         return Scope(**dict(self.scope.items()), session_id=session_id)
 
-    def _stored(self, session_id: str) -> tuple[list[MemoryRecord], MemoryRecord | None]:
-        """The session's turn records not covered by its latest summary, and that summary."""
+    def _stored(self, session_id: str) -> tuple[list[MemoryRecord], MemoryRecord | None, str]:
+        """The session's turns not covered by its summaries, its latest summary, and a revision."""
         records = self.store.list(self.session_scope(session_id))
         summaries = [r for r in records if r.kind == SUMMARY_KIND]
-        latest = summaries[-1] if summaries else None
-        covered = set(latest.metadata.get("covers", [])) if latest else set()  # type: ignore[arg-type]
+        covered = {str(i) for summary in summaries for i in summary.metadata.get("covers", [])}  # type: ignore[union-attr]
         turns = [r for r in records if r.kind != SUMMARY_KIND and str(r.id) not in covered]
-        return turns, latest
+        latest = summaries[-1] if summaries else None
+        state = [str(r.id) + r.message.model_dump_json() for r in turns] + [str(latest.id) if latest else ""]
+        revision = hashlib.sha256("\n".join(state).encode()).hexdigest()[:16]
+        return turns, latest, revision
 
     def load(self, session_id: str) -> MemoryModel:
-        """The session as stored: its summary (if any) and the turns after it."""
-        turns, summary = self._stored(session_id)
+        """The session as stored: its summary (if any) and the turns after it.
+
+        Tool results whose call was forgotten are left out, so the model stays valid.
+        """
+        turns, summary, revision = self._stored(session_id)
         return MemoryModel(
             session_id=session_id,
-            turns=[SessionTurn(id=r.id, message=r.message, created_at=r.created_at) for r in turns],
+            turns=[
+                SessionTurn(id=r.id, message=r.message, created_at=r.created_at)
+                for r in without_orphans(turns)
+            ],
             summary=None if summary is None else summary.message.content,
+            revision=revision if turns or summary else None,
         )
 
     def commit(self, session_id: str, model: MemoryModel) -> MemoryModel:
@@ -228,15 +266,21 @@ class SessionMemory:
 
         New or changed turns are written, turns removed from the model are
         deleted. Returns the model as committed (with a new summary and fewer
-        turns if it was summarised).
+        turns if it was summarised, and a new revision).
 
-        :raises InvalidRecordError: if the model is invalid (orphan tool results, repeated ids).
+        :raises InvalidRecordError: if the model is invalid (orphan tool results,
+            repeated ids, turns out of time order).
+        :raises ConflictError: if the session changed in the store since ``model`` was loaded.
         """
         if model.session_id != session_id:
             raise InvalidInputError(f"the model is of session {model.session_id!r}, not {session_id!r}")
         model = MemoryModel.model_validate(model.model_dump())
         scope = self.session_scope(session_id)
-        stored, summary = self._stored(session_id)
+        stored, summary, revision = self._stored(session_id)
+        if (stored or summary) and model.revision != revision:
+            raise ConflictError(
+                f"session {session_id!r} changed since it was loaded; load it again and redo the change"
+            )
         by_id = {record.id: record for record in stored}
         wanted = {turn.id for turn in model.turns}
         changed = [
@@ -247,11 +291,11 @@ class SessionMemory:
         self._write(changed)
         self.store.delete(scope, [record_id for record_id in by_id if record_id not in wanted])
         if (
-            self.summarize_over is None
-            or self.token_counter.count(model.to_messages()) <= self.summarize_over
+            self.summarize_over is not None
+            and self.token_counter.count(model.to_messages()) > self.summarize_over
         ):
-            return model
-        return self._summarise(scope, model, summary)
+            self._summarise(scope, model, summary)
+        return self.load(session_id)
 
     def _write(self, records: list[MemoryRecord]) -> None:
         if not records:
@@ -261,21 +305,21 @@ class SessionMemory:
         else:
             self.store.add(records, self.embedder.embed([embedding_text(r.message) for r in records]))
 
-    def _summarise(self, scope: Scope, model: MemoryModel, previous: MemoryRecord | None) -> MemoryModel:
-        split = max(0, len(model.turns) - self.keep_recent)
-        while 0 < split < len(model.turns) and model.turns[split].message.role == "tool":
+    def _summarise(self, scope: Scope, model: MemoryModel, previous: MemoryRecord | None) -> None:
+        lead = 0
+        while lead < len(model.turns) and model.turns[lead].message.role in PINNED_ROLES:
+            lead += 1  # the system prompt stays verbatim
+        split = max(lead, len(model.turns) - self.keep_recent)
+        while lead < split < len(model.turns) and model.turns[split].message.role == "tool":
             split -= 1  # never separate tool results from the call they answer
-        older, recent = model.turns[:split], model.turns[split:]
+        older = model.turns[lead:split]
         if not older:
-            return model
+            return
         text = self.summarizer.summarize([turn.message for turn in older], model.summary)
-        covers = [] if previous is None else list(previous.metadata.get("covers", []))  # type: ignore[arg-type]
-        covers += [str(turn.id) for turn in older]
+        metadata: dict[str, MetadataValue] = {"covers": [str(turn.id) for turn in older]}
+        if previous is not None:
+            metadata["extends"] = str(previous.id)
         record = MemoryRecord(
-            scope=scope,
-            message=Message(role="system", content=text),
-            kind=SUMMARY_KIND,
-            metadata={"covers": covers},
+            scope=scope, message=Message(role="system", content=text), kind=SUMMARY_KIND, metadata=metadata
         )
         self._write([record])
-        return MemoryModel(session_id=model.session_id, turns=recent, summary=text)

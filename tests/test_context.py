@@ -120,9 +120,16 @@ def expected_order(records: Sequence[ContextRecord]) -> list[ContextRecord]:
     return [records[index] for index in sorted(chosen.values())]
 
 
-def is_subsequence(sub: list[str], full: list[str]) -> bool:
-    remaining = iter(full)
-    return all(item in remaining for item in sub)
+def check_time_order(output: list[Message], created: dict[str, datetime]) -> None:
+    """Units (a message and the tool results after it) come in the order of their oldest member."""
+    units: list[list[datetime]] = []
+    for message in output:
+        if message.role == "tool" and units:
+            units[-1].append(created[message.content])
+        else:
+            units.append([created[message.content]])
+    starts = [min(unit) for unit in units]
+    assert starts == sorted(starts), "output is not in time order"
 
 
 def check_tool_units(output: list[Message], deduped: list[Message]) -> None:
@@ -152,7 +159,9 @@ def check_tool_units(output: list[Message], deduped: list[Message]) -> None:
 def test_budget_holds_for_random_conversations(
     creator_class: Creator, counter: TokenCounter, records: list[ContextRecord], slack: int
 ) -> None:
-    deduped = [item.record.message for item in expected_order(records)]
+    kept_records = expected_order(records)
+    deduped = [item.record.message for item in kept_records]
+    created = {item.record.message.content: item.record.created_at for item in kept_records}
     pinned = next((message for message in deduped if message.role in ("system", "developer")), None)
     head_tokens = counter.count([pinned] if pinned else [])
     limit = max(1, head_tokens + slack)
@@ -168,18 +177,16 @@ def test_budget_holds_for_random_conversations(
     assert tokens == counter.count(output) <= limit
     texts = contents(messages)
     assert len(set(texts)) == len(texts)
-    rest = [message.content for message in deduped if message is not pinned]
     if pinned is not None:
         assert output[0] == pinned
-        texts = texts[1:]
-    assert is_subsequence(texts, rest)
+    check_time_order(output[1:] if pinned is not None else output, created)
     check_tool_units(output, deduped)
 
 
 # --- Drop order -----------------------------------------------------------------------------------
 
 
-def test_everything_that_fits_is_kept_in_input_order_with_the_system_message_first() -> None:
+def test_everything_that_fits_is_kept_in_time_order_with_the_system_message_first() -> None:
     system = context(record("system", "be brief", 0))
     recalled = context(record("user", "my cat is Mochi", 1), 0.9, "recall")
     recent = [context(record("user", "hi", 5)), context(record("assistant", "hello", 6))]
@@ -201,7 +208,7 @@ def test_chronological_drops_the_oldest_first_whatever_the_input_order() -> None
 
     messages, tokens = ChronologicalContextCreator(PerMessageCounter()).create_context(records, 2)
 
-    assert contents(messages) == ["recalled, newest", "newer"]
+    assert contents(messages) == ["newer", "recalled, newest"]
     assert tokens == 2
 
 
@@ -230,7 +237,7 @@ def test_the_system_message_is_pinned_however_old_and_low_scored() -> None:
         ScoreBasedContextCreator(PerMessageCounter()),
     ):
         assert contents(creator.create_context(records, 2)[0]) == ["rules", "question"]
-        assert contents(creator.create_context(records, 3)[0]) == ["rules", "question", "a later system note"]
+        assert contents(creator.create_context(records, 3)[0]) == ["rules", "a later system note", "question"]
 
 
 def test_a_developer_message_is_pinned_too() -> None:
@@ -303,7 +310,7 @@ def test_orphan_tool_results_are_dropped_whatever_the_budget() -> None:
 # --- Duplicates -----------------------------------------------------------------------------------
 
 
-def test_a_record_both_recalled_and_recent_is_kept_once_in_the_recent_position() -> None:
+def test_a_record_both_recalled_and_recent_is_kept_once() -> None:
     system = record("system", "rules", 0)
     fact = record("user", "my cat is Mochi", 1)
     records = [
@@ -316,7 +323,7 @@ def test_a_record_both_recalled_and_recent_is_kept_once_in_the_recent_position()
 
     messages, _ = ScoreBasedContextCreator().create_context(records, 10_000)
 
-    assert contents(messages) == ["rules", "other hit", "my cat is Mochi", "latest"]
+    assert contents(messages) == ["rules", "my cat is Mochi", "other hit", "latest"]
 
 
 def test_among_recalled_duplicates_the_first_is_kept() -> None:

@@ -13,7 +13,10 @@ def test_demo_shows_recall_isolation_forget_and_budget() -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     phase2 = out.split("Phase 2", 1)[1].split("The coach", 1)[0]
-    assert "vegetarian" in phase2 and "Kyoto" in phase2, "recall after a restart brings back session 1"
+    context = phase2.split("context for its next model call:", 1)[1]
+    assert "vegetarian" in context and "daughter Lea" in context, (
+        "recall after a restart brings back session 1"
+    )
     assert "any travel memory among them: False" in out
     assert "the coach tries first: 0 deleted" in out and "the travel agent: 2 deleted" in out
     for path in ("get by id", "list", "text search", "recall", "get_context"):

@@ -10,7 +10,13 @@ import numpy.typing as npt
 import pytest
 
 from memcore.embedders.hashing import HashEmbedder
-from memcore.errors import ContextBudgetError, EmbedderMismatchError, InvalidInputError, ScopeError
+from memcore.errors import (
+    ContextBudgetError,
+    EmbedderMismatchError,
+    InvalidInputError,
+    InvalidRecordError,
+    ScopeError,
+)
 from memcore.memories import NO_MEMORIES_NOTE, ChatHistoryMemory, LongtermMemory, VectorMemory
 from memcore.policy import MemoryPolicy
 from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall
@@ -94,7 +100,7 @@ def test_policy_controls_saving_limits_and_reach() -> None:
 
     policy = MemoryPolicy(limit=2, max_chars=10, scope="session", inject_when_empty=True)
     memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE, window=1, policy=policy)
-    assert memory.read_scope == SCOPE
+    assert memory.recall_scope == SCOPE
     [note, *_] = [i for i in memory.retrieve("anything") if i.source == "recall"] or [None]
     assert note is not None and note.record.message.content == NO_MEMORIES_NOTE
     memory.observe([Message(role="user", content=f"a long fact about cats number {i}") for i in range(5)])
@@ -159,9 +165,11 @@ def test_get_context_keeps_tool_calls_with_their_results() -> None:
     roles = [m["role"] for m in messages]
     assert roles[-3:] == ["assistant", "tool", "assistant"]
     assert messages[-3]["tool_calls"][0]["id"] == messages[-2]["tool_call_id"] == "c1"
-    small, _ = memory.get_context(60, query="weather")
-    small_roles = [m["role"] for m in small]
-    assert ("tool" in small_roles) == any("tool_calls" in m for m in small)
+    for limit in range(20, 90, 5):
+        small, _ = memory.get_context(limit, query="weather")
+        calls = [m for m in small if "tool_calls" in m]
+        results = [m for m in small if m["role"] == "tool"]
+        assert len(calls) == len(results) <= 1, limit
 
 
 def test_token_limit_errors_are_typed() -> None:
@@ -171,3 +179,104 @@ def test_token_limit_errors_are_typed() -> None:
         memory.get_context(20)
     with pytest.raises(ContextBudgetError):
         memory.get_context(-5)
+
+
+def test_a_barrier_refuses_open_buffers_and_can_be_retried_after_a_failure() -> None:
+    store = MemoryStore()
+    memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
+    running = memory.buffer()
+    running.write([Message(role="assistant", content="step 1")])
+    with pytest.raises(InvalidInputError):
+        memory.barrier()
+    running.write([Message(role="assistant", content="step 2")])
+    running.finish()
+    with pytest.raises(InvalidInputError):
+        running.write([Message(role="assistant", content="too late")])
+
+    class BrokenStoreError(Exception):
+        pass
+
+    def fail(*args: object) -> None:
+        raise BrokenStoreError
+
+    real_add = store.add
+    store.add = fail  # type: ignore[method-assign,assignment]
+    with pytest.raises(BrokenStoreError):
+        memory.barrier()
+    store.add = real_add  # type: ignore[method-assign]
+    assert [r.message.content for r in memory.barrier()] == ["step 1", "step 2"]
+    assert [r.message.content for r in store.list(SCOPE)] == ["step 1", "step 2"]
+
+
+def test_forget_where_stays_in_the_memory_scope_unless_asked() -> None:
+    store = MemoryStore()
+    earlier = LongtermMemory(store, HashEmbedder(dim=32), SCOPE.model_copy(update={"session_id": "s0"}))
+    earlier.write([Message(role="user", content="from the earlier session")])
+    memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
+    memory.write([Message(role="user", content="from this session")])
+    assert memory.forget_where({"role": "user"}) == 1
+    assert [r.message.content for r in store.list(Scope(tenant="t"))] == ["from the earlier session"]
+    assert memory.forget_where({"role": "user"}, in_recall_scope=True) == 1
+    assert store.count(Scope(tenant="t")) == 0
+
+
+def test_recall_reach_never_widens_past_what_the_scope_names() -> None:
+    tenant_and_session = Scope(tenant="t", session_id="s")
+    assert MemoryPolicy().recall_scope(tenant_and_session) == tenant_and_session
+    store = MemoryStore()
+    bob = LongtermMemory(store, HashEmbedder(dim=32), Scope(tenant="t", user_id="bob", session_id="b"))
+    bob.write([Message(role="user", content="bob's bank PIN is 4711")])
+    anonymous = LongtermMemory(store, HashEmbedder(dim=32), tenant_and_session)
+    assert anonymous.retrieve("bank PIN") == []
+
+
+def test_the_window_does_not_open_on_a_tool_result() -> None:
+    memory = ChatHistoryMemory(MemoryStore(), SCOPE, window=2)
+    calls = tuple(ToolCall(id=f"c{i}", function=FunctionCall(name="hotel", arguments="{}")) for i in range(3))
+    memory.write(
+        [Message(role="user", content="find hotels"), Message(role="assistant", content="", tool_calls=calls)]
+    )
+    memory.write([Message(role="tool", content=f"hotel {i}", tool_call_id=f"c{i}") for i in range(3)])
+    memory.write([Message(role="assistant", content="Hotel 0 is cheapest.")])
+    messages, _ = memory.get_context()
+    assert [m["role"] for m in messages] == ["assistant", "tool", "tool", "tool", "assistant"]
+
+
+def test_recall_returns_limit_hits_besides_the_window() -> None:
+    memory = LongtermMemory(
+        MemoryStore(), HashEmbedder(dim=64), SCOPE, window=3, policy=MemoryPolicy(limit=2)
+    )
+    memory.write([Message(role="user", content=f"a note about cats number {i}") for i in range(8)])
+    items = memory.retrieve("a note about cats")
+    assert [i.source for i in items] == ["recall", "recall", "history", "history", "history"]
+
+
+def test_a_relevant_recalled_fact_outlives_old_small_talk_under_pressure() -> None:
+    memory = LongtermMemory(MemoryStore(), HashEmbedder(dim=256), SCOPE, window=12)
+    memory.write([Message(role="user", content="I am severely allergic to peanuts.")])
+    memory.write([Message(role="user", content=f"small talk {i} about the weather today") for i in range(12)])
+    memory.write([Message(role="user", content="Which snacks are safe for my peanut allergy?")])
+    full, full_tokens = memory.get_context()
+    assert any("allergic to peanuts" in m["content"] for m in full)
+    squeezed, tokens = memory.get_context(full_tokens - 20)
+    assert tokens <= full_tokens - 20
+    assert any("allergic to peanuts" in m["content"] for m in squeezed)
+    assert not any(m["content"] == "small talk 1 about the weather today" for m in squeezed)
+
+
+def test_tool_results_without_their_call_are_refused() -> None:
+    store = MemoryStore()
+    memory = ChatHistoryMemory(store, SCOPE)
+    with pytest.raises(InvalidRecordError):
+        memory.write([Message(role="tool", content="result", tool_call_id="nobody")])
+    call = ToolCall(id="c1", function=FunctionCall(name="lookup", arguments="{}"))
+    memory.write([Message(role="assistant", content="", tool_calls=(call,))])
+    memory.write([Message(role="tool", content="result", tool_call_id="c1")])
+    assert store.count(SCOPE) == 2
+
+
+def test_budget_and_window_are_checked_up_front() -> None:
+    with pytest.raises(ContextBudgetError):
+        ChatHistoryMemory(MemoryStore(), SCOPE, token_limit=0)
+    with pytest.raises(InvalidInputError):
+        ChatHistoryMemory(MemoryStore(), SCOPE, window=0)

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from memcore.embedders.hashing import HashEmbedder
-from memcore.errors import InvalidInputError, InvalidRecordError, ScopeError
+from memcore.errors import ConflictError, InvalidInputError, InvalidRecordError, ScopeError
 from memcore.memories import VectorMemory
 from memcore.policy import MemoryPolicy
-from memcore.records import FunctionCall, Message, ToolCall
+from memcore.records import SUMMARY_KIND, FunctionCall, Message, ToolCall
 from memcore.scope import Scope
-from memcore.sessions import SUMMARY_KIND, ExtractiveSummarizer, LLMSummarizer, MemoryModel, SessionMemory
+from memcore.sessions import ExtractiveSummarizer, LLMSummarizer, MemoryModel, SessionMemory, SessionTurn
 from memcore.stores.jsonl import JsonlStore
 from memcore.stores.memory import MemoryStore
 
@@ -36,10 +36,10 @@ def test_load_commit_round_trip(tmp_path: Path) -> None:
         model.append(Message(role="assistant", content="", tool_calls=(call,)))
         model.append(Message(role="tool", content="found", tool_call_id="c1"))
         committed = sessions.commit("chat-1", model)
-        assert committed == model
+        assert committed.turns == model.turns and committed.revision is not None
     with JsonlStore(tmp_path / "s") as store:
         loaded = SessionMemory(store, OWNER).load("chat-1")
-        assert loaded == model
+        assert loaded == committed
         assert MemoryModel.model_validate(loaded.model_dump()) == loaded
         assert MemoryModel.model_validate_json(loaded.model_dump_json()) == loaded
 
@@ -49,9 +49,9 @@ def test_commit_removes_turns_dropped_from_the_model() -> None:
     sessions = SessionMemory(store, OWNER, summarize_over=None)
     model = sessions.load("s")
     _conversation(model, 2)
-    sessions.commit("s", model)
+    model = sessions.commit("s", model)
     del model.turns[1]
-    sessions.commit("s", model)
+    model = sessions.commit("s", model)
     assert [t.message.content for t in sessions.load("s").turns] == [t.message.content for t in model.turns]
     assert store.count(sessions.session_scope("s")) == 3
 
@@ -87,6 +87,7 @@ def test_summarises_older_turns_and_keeps_originals_recallable() -> None:
     assert len(committed.turns) == 4
     [summary] = store.list(sessions.session_scope("long"), filter={"kind": SUMMARY_KIND})
     assert set(summary.metadata["covers"]) == {str(t.id) for t in model.turns[:16]}  # type: ignore[arg-type]
+    assert "extends" not in summary.metadata
     assert sessions.load("long") == committed
     prompt = committed.to_messages()
     assert prompt[0].role == "system" and "Fact number 0" in prompt[0].content
@@ -106,6 +107,9 @@ def test_summaries_accumulate() -> None:
     assert model.summary is not None and first_summary is not None
     assert model.summary != first_summary and len(model.turns) == 2
     assert sessions.load("s") == model
+    first, second = sessions.store.list(sessions.session_scope("s"), filter={"kind": SUMMARY_KIND})
+    assert second.metadata["extends"] == str(first.id)
+    assert not set(first.metadata["covers"]) & set(second.metadata["covers"])  # type: ignore[arg-type]
 
 
 def test_summarising_never_splits_a_tool_call_from_its_result() -> None:
@@ -117,6 +121,58 @@ def test_summarising_never_splits_a_tool_call_from_its_result() -> None:
     model.append(Message(role="tool", content="sunny", tool_call_id="c1"))
     committed = sessions.commit("s", model)
     assert [t.message.role for t in committed.turns] == ["assistant", "tool"]
+
+
+def test_the_system_prompt_survives_summarisation() -> None:
+    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=60, keep_recent=2)
+    model = sessions.load("s")
+    model.append(Message(role="system", content="You are terse."))
+    _conversation(model, 4)
+    committed = sessions.commit("s", model)
+    assert committed.summary is not None
+    prompt = committed.to_messages()
+    assert prompt[0] == Message(role="system", content="You are terse.")
+    assert prompt[1].content.startswith("Summary of the earlier conversation")
+    assert sessions.load("s").to_messages()[0].content == "You are terse."
+
+
+def test_a_concurrent_commit_is_refused_not_lost() -> None:
+    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=None)
+    base = sessions.load("s")
+    base.append(Message(role="user", content="hello"))
+    base = sessions.commit("s", base)
+    worker_a, worker_b = sessions.load("s"), sessions.load("s")
+    worker_a.append(Message(role="assistant", content="reply from A"))
+    worker_b.append(Message(role="assistant", content="reply from B"))
+    sessions.commit("s", worker_a)
+    with pytest.raises(ConflictError):
+        sessions.commit("s", worker_b)
+    with pytest.raises(ConflictError):
+        sessions.commit("s", MemoryModel(session_id="s"))
+    assert [t.message.content for t in sessions.load("s").turns] == ["hello", "reply from A"]
+
+
+def test_turns_must_stay_in_time_order() -> None:
+    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=None)
+    model = sessions.load("s")
+    first = model.append(Message(role="user", content="first"))
+    model.turns.insert(0, SessionTurn(message=Message(role="system", content="inserted later")))
+    with pytest.raises(InvalidRecordError):
+        sessions.commit("s", model)
+    assert first.created_at < model.turns[0].created_at
+
+
+def test_forgetting_a_tool_call_leaves_the_session_loadable() -> None:
+    store = MemoryStore()
+    sessions = SessionMemory(store, OWNER, summarize_over=None)
+    model = sessions.load("s")
+    call = ToolCall(id="c1", function=FunctionCall(name="lookup", arguments="{}"))
+    model.append(Message(role="user", content="look it up"))
+    call_turn = model.append(Message(role="assistant", content="", tool_calls=(call,)))
+    model.append(Message(role="tool", content="found", tool_call_id="c1"))
+    sessions.commit("s", model)
+    store.delete(sessions.session_scope("s"), [call_turn.id])
+    assert [t.message.content for t in sessions.load("s").turns] == ["look it up"]
 
 
 def test_extractive_summary_is_bounded_and_keeps_latest() -> None:

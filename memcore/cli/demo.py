@@ -101,7 +101,7 @@ def _phase_recall(url: str, embedder_name: str) -> None:
         print(f"  any travel memory among them: {any(r.scope.agent_id != 'running-coach' for r in recalled)}")
 
         _heading("Forget a fact by its records' UUIDs")
-        facts = [hit.record for hit in store.search(travel.read_scope, text="peanut")]
+        facts = [hit.record for hit in store.search(travel.recall_scope, text="peanut")]
         for fact in facts:
             print(f"  forgetting {fact.id}: {fact.message.content!r}")
         ids = [fact.id for fact in facts]
@@ -119,7 +119,7 @@ def _phase_recall(url: str, embedder_name: str) -> None:
 
 
 def _show_read_paths(store: memcore.Store, memory: LongtermMemory, ids: list[Any]) -> None:
-    scope = memory.read_scope
+    scope = memory.recall_scope
     print(f"    get by id    -> {store.get(scope, ids)}")
     print(f"    list         -> {[r.message.content for r in store.list(scope) if r.id in ids]}")
     print(f"    text search  -> {[h.record.message.content for h in store.search(scope, text='peanut')]}")
@@ -134,7 +134,7 @@ def _phase_after_forget(url: str, embedder_name: str) -> None:
     embedder = memcore.open_embedder(embedder_name)
     with memcore.open_store(url) as store:
         travel = LongtermMemory(store, embedder, TRAVEL_LATER)
-        peanut = [r.message.content for r in store.list(travel.read_scope) if "peanut" in r.message.content]
+        peanut = [r.message.content for r in store.list(travel.recall_scope) if "peanut" in r.message.content]
         print(f"  records mentioning peanuts: {peanut}")
         recalled = [
             i.record.message.content for i in travel.retrieve("meal preferences") if i.source == "recall"

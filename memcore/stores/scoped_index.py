@@ -11,118 +11,42 @@ Not thread-safe by itself: stores wrap every call in their own lock.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from contextlib import AbstractContextManager
+from datetime import datetime
 from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from memcore.errors import DimensionMismatchError, IdConflictError
 from memcore.filters import Filter, evaluate
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import Order, text_matches
+from memcore.stores.partition import Partition, timestamp_micros
 from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_INITIAL_CAPACITY = 16
+_blas: ThreadpoolController | None = None
 
 
-def timestamp_micros(moment: datetime) -> int:
-    """Microseconds since the epoch: an exact, sortable integer for a UTC datetime."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+def single_blas_thread() -> AbstractContextManager[object]:
+    """Run numpy's BLAS on one thread for the enclosed block.
 
-
-@dataclass
-class _Partition:
-    """The records of one concrete scope, with parallel arrays for fast reads."""
-
-    scope: Scope
-    dimension: int
-    records: list[MemoryRecord] = field(default_factory=list)
-    positions: dict[UUID, int] = field(default_factory=dict)
-    vectors: Matrix = field(init=False)
-    has_vector: npt.NDArray[np.bool_] = field(init=False)
-    timestamps: npt.NDArray[np.int64] = field(init=False)
-    id_keys: npt.NDArray[np.uint64] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.vectors = np.zeros((_INITIAL_CAPACITY, self.dimension), dtype=np.float32)
-        self.has_vector = np.zeros(_INITIAL_CAPACITY, dtype=bool)
-        self.timestamps = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
-        self.id_keys = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
-
-    @property
-    def size(self) -> int:
-        return len(self.records)
-
-    def _reserve(self, needed: int) -> None:
-        capacity = len(self.timestamps)
-        if needed <= capacity:
-            return
-        while capacity < needed:
-            capacity *= 2
-        grown = np.zeros((capacity, self.dimension), dtype=np.float32)
-        grown[: self.size] = self.vectors[: self.size]
-        self.vectors = grown
-        self.has_vector = np.resize(self.has_vector, capacity)
-        self.timestamps = np.resize(self.timestamps, capacity)
-        self.id_keys = np.resize(self.id_keys, capacity)
-
-    def set_dimension(self, dimension: int) -> None:
-        """Give a partition created before any vector existed its vector width."""
-        if self.dimension != dimension:
-            self.dimension = dimension
-            self.vectors = np.zeros((len(self.timestamps), dimension), dtype=np.float32)
-
-    def put(self, record: MemoryRecord, vector: Matrix | None) -> None:
-        row = self.positions.get(record.id)
-        if row is None:
-            row = self.size
-            self._reserve(row + 1)
-            self.records.append(record)
-            self.positions[record.id] = row
-        else:
-            self.records[row] = record
-        self.timestamps[row] = timestamp_micros(record.created_at)
-        self.id_keys[row] = record.id.int >> 64
-        if vector is None:
-            self.vectors[row] = 0.0
-            self.has_vector[row] = False
-        else:
-            self.vectors[row] = vector
-            self.has_vector[row] = True
-
-    def remove(self, record_id: UUID) -> None:
-        """Swap-remove a row, keeping the arrays dense; the freed row is zeroed."""
-        row = self.positions.pop(record_id)
-        last = self.size - 1
-        if row != last:
-            moved = self.records[last]
-            self.records[row] = moved
-            self.positions[moved.id] = row
-            self.vectors[row] = self.vectors[last]
-            self.has_vector[row] = self.has_vector[last]
-            self.timestamps[row] = self.timestamps[last]
-            self.id_keys[row] = self.id_keys[last]
-        self.records.pop()
-        self.vectors[last] = 0.0
-        self.has_vector[last] = False
-
-    def rows_in_order(self, order: Order, after: int | None, before: int | None) -> npt.NDArray[np.intp]:
-        """Row numbers sorted by (created_at, id), within the optional time bounds."""
-        n = self.size
-        rows = np.lexsort((self.id_keys[:n], self.timestamps[:n]))
-        if after is not None:
-            rows = rows[self.timestamps[rows] > after]
-        if before is not None:
-            rows = rows[self.timestamps[rows] < before]
-        return rows[::-1] if order == "desc" else rows
+    A scoped search is a matrix-vector product over at most a few tens of
+    thousands of rows: one thread does it in well under a millisecond, while a
+    multi-threaded BLAS competes for the cores with the embedding model (and
+    everything else) and turns it into a latency spike. Global settings are
+    left alone; the limit holds only inside the block.
+    """
+    global _blas
+    if _blas is None:
+        _blas = ThreadpoolController()
+    return _blas.limit(limits=1, user_api="blas")  # type: ignore[no-any-return]
 
 
 class ScopedIndex:
@@ -130,7 +54,7 @@ class ScopedIndex:
 
     def __init__(self, dimension: int | None = None) -> None:
         self.dimension = dimension
-        self._partitions: dict[ScopeKey, _Partition] = {}
+        self._partitions: dict[ScopeKey, Partition] = {}
         self._owner: dict[UUID, ScopeKey] = {}
         self._by_field: list[dict[str, set[ScopeKey]]] = [{} for _ in SCOPE_FIELDS]
 
@@ -177,9 +101,9 @@ class ScopedIndex:
             partition.put(record, vector)
             self._owner[record.id] = key
 
-    def _new_partition(self, scope: Scope) -> _Partition:
+    def _new_partition(self, scope: Scope) -> Partition:
         key = scope.as_tuple()
-        partition = _Partition(scope, self.dimension or 1)
+        partition = Partition(scope, self.dimension or 1)
         self._partitions[key] = partition
         for index, value in enumerate(key):
             if value is not None:
@@ -195,7 +119,7 @@ class ScopedIndex:
                 if not keys:
                     del self._by_field[index][value]
 
-    def partitions(self, scope: Scope) -> Iterator[_Partition]:
+    def partitions(self, scope: Scope) -> Iterator[Partition]:
         """The partitions visible through ``scope``."""
         if scope.is_everything:
             yield from list(self._partitions.values())
@@ -240,22 +164,32 @@ class ScopedIndex:
         after_us = None if after is None else timestamp_micros(after)
         before_us = None if before is None else timestamp_micros(before)
         parts = list(self.partitions(scope))
+        masks = [p.mask(node) for p in parts]
+        exact = all(m is not None for m in masks)
         if len(parts) == 1:
             rows = parts[0].rows_in_order(order, after_us, before_us)
-            ordered: Iterator[MemoryRecord] = (parts[0].records[row] for row in rows)
+            if exact:
+                rows = rows[masks[0][rows]][:limit]  # type: ignore[index]
+            candidates: Iterator[MemoryRecord] = (parts[0].records[row] for row in rows)
         else:
-            ordered = self._merged_in_order(parts, order, after_us, before_us)
+            candidates = self._merged_in_order(parts, masks if exact else None, order, after_us, before_us)
+        if exact:
+            return list(itertools.islice(candidates, limit))
         result: list[MemoryRecord] = []
-        for record in ordered:
+        for record in candidates:
             if limit is not None and len(result) >= limit:
                 break
-            if node is None or evaluate(node, record):
+            if evaluate(node, record):
                 result.append(record)
         return result
 
     @staticmethod
     def _merged_in_order(
-        parts: list[_Partition], order: Order, after: int | None, before: int | None
+        parts: list[Partition],
+        masks: list[npt.NDArray[np.bool_] | None] | None,
+        order: Order,
+        after: int | None,
+        before: int | None,
     ) -> Iterator[MemoryRecord]:
         if not parts:
             return iter(())
@@ -263,11 +197,15 @@ class ScopedIndex:
         keys = np.concatenate([p.id_keys[: p.size] for p in parts])
         owners = np.concatenate([np.full(p.size, i, dtype=np.intp) for i, p in enumerate(parts)])
         rows = np.concatenate([np.arange(p.size, dtype=np.intp) for p in parts])
-        positions = np.lexsort((keys, stamps))
+        selected = np.ones(len(stamps), dtype=bool)
+        if masks is not None:
+            selected = np.concatenate(masks)  # type: ignore[arg-type]
         if after is not None:
-            positions = positions[stamps[positions] > after]
+            selected &= stamps > after
         if before is not None:
-            positions = positions[stamps[positions] < before]
+            selected &= stamps < before
+        candidates = np.flatnonzero(selected)
+        positions = candidates[np.lexsort((keys[candidates], stamps[candidates]))]
         if order == "desc":
             positions = positions[::-1]
         return (parts[owners[p]].records[rows[p]] for p in positions)
@@ -286,12 +224,17 @@ class ScopedIndex:
         if not parts:
             return []
         vector = query[0]
-        scores = np.concatenate([p.vectors[: p.size] @ vector for p in parts])
+        masks = [p.mask(node) for p in parts]
+        exact = all(m is not None for m in masks)
+        with single_blas_thread():
+            scores = np.concatenate([p.vectors[: p.size] @ vector for p in parts])
         owners = np.concatenate([np.full(p.size, i, dtype=np.intp) for i, p in enumerate(parts)])
         rows = np.concatenate([np.arange(p.size, dtype=np.intp) for p in parts])
         usable = np.concatenate([p.has_vector[: p.size] for p in parts])
+        if exact:
+            usable &= np.concatenate(masks)  # type: ignore[arg-type]
         candidates = np.flatnonzero(usable)
-        if node is None and text is None and len(candidates) > limit:
+        if exact and text is None and len(candidates) > limit:
             top = np.argpartition(-scores[candidates], limit - 1)[:limit]
             candidates = candidates[top]
         ranked = candidates[np.argsort(-scores[candidates], kind="stable")]
@@ -300,7 +243,7 @@ class ScopedIndex:
             record = parts[owners[position]].records[rows[position]]
             if text is not None and not text_matches(text, record.message.content):
                 continue
-            if node is not None and not evaluate(node, record):
+            if not exact and not evaluate(node, record):
                 continue
             score = float(np.clip(scores[position], -1.0, 1.0))
             hits.append(ScoredRecord(record=record, score=score))
@@ -309,9 +252,14 @@ class ScopedIndex:
         return hits
 
     def count(self, scope: Scope, node: Filter | None) -> int:
-        if node is None:
-            return sum(p.size for p in self.partitions(scope))
-        return sum(1 for record in self.records(scope) if evaluate(node, record))
+        total = 0
+        for partition in self.partitions(scope):
+            mask = partition.mask(node)
+            if mask is not None:
+                total += int(mask.sum())
+            else:
+                total += sum(1 for record in partition.records if evaluate(node, record))
+        return total
 
     def matching_ids(self, scope: Scope, node: Filter | None) -> list[UUID]:
         """Ids of the records visible through ``scope`` that match ``node``."""

@@ -1,0 +1,179 @@
+"""One scope's records in parallel arrays: vectors, times, and role/kind columns.
+
+The unit of the built-in stores' index (:mod:`memcore.stores.scoped_index`).
+Rows are appended as records arrive; as long as they arrive in time order (the
+normal case, since timestamps come from a monotonic clock) the row order *is*
+the time order, so "the last 20 records" is a slice, not a sort. Filters on
+``role`` and ``kind`` alone are answered with numpy masks over code columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from uuid import UUID
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.filters import And, Comparison, Filter, Not
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+from memcore.store import Order
+from memcore.validation import Matrix
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_INITIAL_CAPACITY = 16
+_ROLE_CODES = {"system": 0, "developer": 1, "user": 2, "assistant": 3, "tool": 4}
+_KIND_CODES: dict[str, int] = {}
+_COLUMN_FIELDS = ("role", "kind")
+
+
+def timestamp_micros(moment: datetime) -> int:
+    """Microseconds since the epoch: an exact, sortable integer for a UTC datetime."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _kind_code(kind: str) -> int:
+    # Process-wide and append-only, so codes never change meaning (one dict operation: thread-safe).
+    return _KIND_CODES.setdefault(kind, len(_KIND_CODES))
+
+
+@dataclass
+class Partition:
+    """The records of one concrete scope, with parallel arrays for fast reads."""
+
+    scope: Scope
+    dimension: int
+    records: list[MemoryRecord] = field(default_factory=list)
+    positions: dict[UUID, int] = field(default_factory=dict)
+    vectors: Matrix = field(init=False)
+    has_vector: npt.NDArray[np.bool_] = field(init=False)
+    timestamps: npt.NDArray[np.int64] = field(init=False)
+    id_keys: npt.NDArray[np.uint64] = field(init=False)
+    roles: npt.NDArray[np.uint8] = field(init=False)
+    kinds: npt.NDArray[np.int32] = field(init=False)
+    rows_in_time_order: bool = True
+    _sorted_rows: npt.NDArray[np.intp] | None = None
+
+    def __post_init__(self) -> None:
+        self.vectors = np.zeros((_INITIAL_CAPACITY, self.dimension), dtype=np.float32)
+        self.has_vector = np.zeros(_INITIAL_CAPACITY, dtype=bool)
+        self.timestamps = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
+        self.id_keys = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
+        self.roles = np.zeros(_INITIAL_CAPACITY, dtype=np.uint8)
+        self.kinds = np.zeros(_INITIAL_CAPACITY, dtype=np.int32)
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
+
+    def _reserve(self, needed: int) -> None:
+        capacity = len(self.timestamps)
+        if needed <= capacity:
+            return
+        while capacity < needed:
+            capacity *= 2
+        grown = np.zeros((capacity, self.dimension), dtype=np.float32)
+        grown[: self.size] = self.vectors[: self.size]
+        self.vectors = grown
+        for name in ("has_vector", "timestamps", "id_keys", "roles", "kinds"):
+            setattr(self, name, np.resize(getattr(self, name), capacity))
+
+    def set_dimension(self, dimension: int) -> None:
+        """Give a partition created before any vector existed its vector width."""
+        if self.dimension != dimension:
+            self.dimension = dimension
+            self.vectors = np.zeros((len(self.timestamps), dimension), dtype=np.float32)
+
+    def put(self, record: MemoryRecord, vector: Matrix | None) -> None:
+        """Insert or replace a record (and its unit vector)."""
+        stamp, key = timestamp_micros(record.created_at), record.id.int >> 64
+        row = self.positions.get(record.id)
+        if row is None:
+            row = self.size
+            if row and (stamp, key) < (int(self.timestamps[row - 1]), int(self.id_keys[row - 1])):
+                self.rows_in_time_order = False
+            self._reserve(row + 1)
+            self.records.append(record)
+            self.positions[record.id] = row
+        else:
+            self.records[row] = record
+            if stamp != self.timestamps[row]:
+                self.rows_in_time_order = False
+        self._sorted_rows = None
+        self.timestamps[row], self.id_keys[row] = stamp, key
+        self.roles[row] = _ROLE_CODES[record.message.role]
+        self.kinds[row] = _kind_code(record.kind)
+        self.has_vector[row] = vector is not None
+        self.vectors[row] = 0.0 if vector is None else vector
+
+    def remove(self, record_id: UUID) -> None:
+        """Swap-remove a row, keeping the arrays dense; the freed row is zeroed."""
+        row = self.positions.pop(record_id)
+        last = self.size - 1
+        if row != last:
+            moved = self.records[last]
+            self.records[row] = moved
+            self.positions[moved.id] = row
+            for array in (
+                self.vectors,
+                self.has_vector,
+                self.timestamps,
+                self.id_keys,
+                self.roles,
+                self.kinds,
+            ):
+                array[row] = array[last]
+            self.rows_in_time_order = False
+        self._sorted_rows = None
+        self.records.pop()
+        self.vectors[last] = 0.0
+        self.has_vector[last] = False
+
+    def _time_sorted_rows(self) -> npt.NDArray[np.intp]:
+        n = self.size
+        if self.rows_in_time_order:
+            return np.arange(n, dtype=np.intp)
+        if self._sorted_rows is None:
+            self._sorted_rows = np.lexsort((self.id_keys[:n], self.timestamps[:n]))
+        return self._sorted_rows
+
+    def rows_in_order(self, order: Order, after: int | None, before: int | None) -> npt.NDArray[np.intp]:
+        """Row numbers sorted by (created_at, id), within the optional (exclusive) time bounds."""
+        rows = self._time_sorted_rows()
+        stamps = self.timestamps[rows]
+        start = 0 if after is None else int(np.searchsorted(stamps, after, side="right"))
+        stop = len(rows) if before is None else int(np.searchsorted(stamps, before, side="left"))
+        rows = rows[start:stop]
+        return rows[::-1] if order == "desc" else rows
+
+    def mask(self, node: Filter | None) -> npt.NDArray[np.bool_] | None:
+        """The rows matching ``node`` as a mask, if it only tests role and kind; else ``None``."""
+        n = self.size
+        if node is None:
+            return np.ones(n, dtype=bool)
+        if isinstance(node, Comparison):
+            return self._comparison_mask(node)
+        if isinstance(node, Not):
+            inner = self.mask(node.clause)
+            return None if inner is None else ~inner
+        masks = [self.mask(clause) for clause in node.clauses]
+        if any(m is None for m in masks):
+            return None
+        combine = np.logical_and if isinstance(node, And) else np.logical_or
+        return combine.reduce([m for m in masks if m is not None])  # type: ignore[no-any-return]
+
+    def _comparison_mask(self, node: Comparison) -> npt.NDArray[np.bool_] | None:
+        if node.field not in _COLUMN_FIELDS or node.op not in ("$eq", "$ne", "$in", "$nin", "$exists"):
+            return None
+        n = self.size
+        if node.op == "$exists":
+            return np.full(n, bool(node.value))
+        column = self.roles[:n] if node.field == "role" else self.kinds[:n]
+        values = node.value if isinstance(node.value, tuple) else (node.value,)
+        lookup = _ROLE_CODES if node.field == "role" else _KIND_CODES
+        codes = [lookup.get(str(v), -1) for v in values]  # -1: a kind no record has
+        matches = np.isin(column, codes)
+        return ~matches if node.op in ("$ne", "$nin") else matches
