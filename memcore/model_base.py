@@ -36,6 +36,12 @@ class MemcoreModel(pydantic.BaseModel):
         except pydantic.ValidationError as exc:
             raise _translate(exc, self.invalid_error) from None
 
+    # Tells pydantic this __init__ adds nothing to validation, so that nested
+    # models are validated in pydantic-core directly rather than through this
+    # Python method (3x faster record decoding); direct construction still
+    # comes here. Without the marker (a future pydantic), it is only slower.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
         try:
