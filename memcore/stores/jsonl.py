@@ -397,7 +397,7 @@ class JsonlStore(BaseStore):
     def _maybe_compact(self, scope: Scope) -> None:
         """Compact a log that is mostly dead lines; best effort, after the write was acknowledged."""
         log = self._logs.get(scope.as_tuple())
-        if log is None or log.dead_lines <= max(AUTO_COMPACT_DEAD_LINES, self._index.partition_size(scope)):
+        if log is None or log.dead_lines <= max(AUTO_COMPACT_DEAD_LINES, self._index.scope_size(scope)):
             return
         try:
             self._compact_scope(log)
@@ -407,7 +407,7 @@ class JsonlStore(BaseStore):
             )
 
     def _compact_scope(self, log: _ScopeLog) -> None:
-        entries = self._index.partition_entries(log.scope)
+        entries = self._index.scope_entries(log.scope)
         if not entries:
             jsonl_log.remove_dir_atomically(log.folder)
             del self._logs[log.scope.as_tuple()]

@@ -1,6 +1,8 @@
-"""One scope's records in parallel arrays: vectors, times, and role/kind columns.
+"""One owner's records in parallel arrays: vectors, times, and session/role/kind columns.
 
-The unit of the built-in stores' index (:mod:`memcore.stores.scoped_index`).
+The unit of the built-in stores' index (:mod:`memcore.stores.scoped_index`): all
+records of one (tenant, user, agent), whatever their session, so that recall
+across an agent's sessions is one matrix-vector product and a session is a mask.
 Rows are appended as records arrive; as long as they arrive in time order (the
 normal case, since timestamps come from a monotonic clock) the row order *is*
 the time order, so "the last 20 records" is a slice, not a sort. Filters on
@@ -26,6 +28,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INITIAL_CAPACITY = 16
 _ROLE_CODES = {"system": 0, "developer": 1, "user": 2, "assistant": 3, "tool": 4}
 _KIND_CODES: dict[str, int] = {}
+_SESSION_CODES: dict[str, int] = {}
+_NO_SESSION = -1
 _COLUMN_FIELDS = ("role", "kind")
 
 
@@ -40,11 +44,14 @@ def _kind_code(kind: str) -> int:
     return _KIND_CODES.setdefault(kind, len(_KIND_CODES))
 
 
+def _session_code(session_id: str | None) -> int:
+    return _NO_SESSION if session_id is None else _SESSION_CODES.setdefault(session_id, len(_SESSION_CODES))
+
+
 @dataclass
 class Partition:
-    """The records of one concrete scope, with parallel arrays for fast reads."""
+    """The records of one owner (tenant, user, agent), with parallel arrays for fast reads."""
 
-    scope: Scope
     dimension: int
     records: list[MemoryRecord] = field(default_factory=list)
     positions: dict[UUID, int] = field(default_factory=dict)
@@ -54,6 +61,7 @@ class Partition:
     id_keys: npt.NDArray[np.uint64] = field(init=False)
     roles: npt.NDArray[np.uint8] = field(init=False)
     kinds: npt.NDArray[np.int32] = field(init=False)
+    sessions: npt.NDArray[np.int32] = field(init=False)
     rows_in_time_order: bool = True
     _sorted_rows: npt.NDArray[np.intp] | None = None
 
@@ -64,6 +72,7 @@ class Partition:
         self.id_keys = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
         self.roles = np.zeros(_INITIAL_CAPACITY, dtype=np.uint8)
         self.kinds = np.zeros(_INITIAL_CAPACITY, dtype=np.int32)
+        self.sessions = np.zeros(_INITIAL_CAPACITY, dtype=np.int32)
 
     @property
     def size(self) -> int:
@@ -78,7 +87,7 @@ class Partition:
         grown = np.zeros((capacity, self.dimension), dtype=np.float32)
         grown[: self.size] = self.vectors[: self.size]
         self.vectors = grown
-        for name in ("has_vector", "timestamps", "id_keys", "roles", "kinds"):
+        for name in ("has_vector", "timestamps", "id_keys", "roles", "kinds", "sessions"):
             setattr(self, name, np.resize(getattr(self, name), capacity))
 
     def set_dimension(self, dimension: int) -> None:
@@ -106,6 +115,7 @@ class Partition:
         self.timestamps[row], self.id_keys[row] = stamp, key
         self.roles[row] = _ROLE_CODES[record.message.role]
         self.kinds[row] = _kind_code(record.kind)
+        self.sessions[row] = _session_code(record.scope.session_id)
         self.has_vector[row] = vector is not None
         self.vectors[row] = 0.0 if vector is None else vector
 
@@ -124,6 +134,7 @@ class Partition:
                 self.id_keys,
                 self.roles,
                 self.kinds,
+                self.sessions,
             ):
                 array[row] = array[last]
             self.rows_in_time_order = False
@@ -148,6 +159,20 @@ class Partition:
         stop = len(rows) if before is None else int(np.searchsorted(stamps, before, side="left"))
         rows = rows[start:stop]
         return rows[::-1] if order == "desc" else rows
+
+    def session_mask(self, scope: Scope) -> npt.NDArray[np.bool_] | None:
+        """The rows of ``scope``'s session; ``None`` when the scope names no session (all rows)."""
+        if scope.session_id is None:
+            return None
+        code = _SESSION_CODES.get(scope.session_id, _NO_SESSION - 1)
+        mask: npt.NDArray[np.bool_] = self.sessions[: self.size] == code
+        return mask
+
+    def exact_session_mask(self, session_id: str | None) -> npt.NDArray[np.bool_]:
+        """The rows whose session is exactly ``session_id`` (``None``: rows without a session)."""
+        code = _NO_SESSION if session_id is None else _SESSION_CODES.get(session_id, _NO_SESSION - 1)
+        mask: npt.NDArray[np.bool_] = self.sessions[: self.size] == code
+        return mask
 
     def mask(self, node: Filter | None) -> npt.NDArray[np.bool_] | None:
         """The rows matching ``node`` as a mask, if it only tests role and kind; else ``None``."""

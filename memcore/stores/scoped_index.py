@@ -1,10 +1,12 @@
-"""An exact, in-memory record index partitioned by scope.
+"""An exact, in-memory record index partitioned by owner, masked by session.
 
 The engine behind the built-in stores. Records are grouped into one partition
-per concrete scope; each partition keeps its vectors in one contiguous float32
-matrix, so a scoped search is a single matrix-vector product over that scope's
-rows, never a Python loop over records. A query scope that leaves fields unset
-covers several partitions; they are found through a per-field value index.
+per owner (tenant, user, agent); each partition keeps its vectors in one
+contiguous float32 matrix and its sessions, roles and kinds in code columns, so
+a scoped search is a single matrix-vector product plus numpy masks, never a
+Python loop over records, whether it covers one session or all of an agent's.
+A query scope that leaves owner fields unset covers several partitions; they
+are found through a per-field value index.
 
 Not thread-safe by itself: stores wrap every call in their own lock.
 """
@@ -30,6 +32,9 @@ from memcore.stores.partition import Partition, timestamp_micros
 from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
+OwnerKey = tuple[str | None, str | None, str | None]
+Selection = list[tuple[Partition, npt.NDArray[np.bool_] | None]]
+"""Partitions visible through a scope, each with the mask of its rows in the scope (``None``: all)."""
 
 _blas: ThreadpoolController | None = None
 
@@ -50,21 +55,20 @@ def single_blas_thread() -> AbstractContextManager[object]:
 
 
 class ScopedIndex:
-    """Records and their unit vectors, partitioned by scope, answering exact queries."""
+    """Records and their unit vectors, partitioned by owner, answering exact scoped queries."""
 
     def __init__(self, dimension: int | None = None) -> None:
         self.dimension = dimension
-        self._partitions: dict[ScopeKey, Partition] = {}
-        self._owner: dict[UUID, ScopeKey] = {}
-        self._by_field: list[dict[str, set[ScopeKey]]] = [{} for _ in SCOPE_FIELDS]
+        self._partitions: dict[OwnerKey, Partition] = {}
+        self._scope_of: dict[UUID, Scope] = {}
+        self._by_field: list[dict[str, set[OwnerKey]]] = [{} for _ in SCOPE_FIELDS[:3]]
 
     def __len__(self) -> int:
-        return len(self._owner)
+        return len(self._scope_of)
 
     def scope_of(self, record_id: UUID) -> Scope | None:
         """The scope of a stored record, or ``None`` if there is no such record."""
-        key = self._owner.get(record_id)
-        return None if key is None else self._partitions[key].scope
+        return self._scope_of.get(record_id)
 
     def check_upsert(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
         """Refuse a batch that would move a record across scopes or change the dimension."""
@@ -73,8 +77,8 @@ class ScopedIndex:
                 f"vector dimension {vectors.shape[1]} does not match the store's dimension {self.dimension}"
             )
         for record in records:
-            owner = self._owner.get(record.id)
-            if owner is not None and owner != record.scope.as_tuple():
+            owner = self._scope_of.get(record.id)
+            if owner is not None and owner != record.scope:
                 raise IdConflictError(f"record id {record.id} is already used by a record of another scope")
 
     def upsert(
@@ -93,24 +97,23 @@ class ScopedIndex:
             for partition in self._partitions.values():
                 partition.set_dimension(self.dimension)
         for row, record in enumerate(records):
-            key = record.scope.as_tuple()
-            partition = self._partitions.get(key) or self._new_partition(record.scope)
+            key = _owner_key(record.scope)
+            partition = self._partitions.get(key) or self._new_partition(key)
             vector = None
             if vectors is not None and (has_vector is None or has_vector[row]):
                 vector = vectors[row]
             partition.put(record, vector)
-            self._owner[record.id] = key
+            self._scope_of[record.id] = record.scope
 
-    def _new_partition(self, scope: Scope) -> Partition:
-        key = scope.as_tuple()
-        partition = Partition(scope, self.dimension or 1)
+    def _new_partition(self, key: OwnerKey) -> Partition:
+        partition = Partition(self.dimension or 1)
         self._partitions[key] = partition
         for index, value in enumerate(key):
             if value is not None:
                 self._by_field[index].setdefault(value, set()).add(key)
         return partition
 
-    def _drop_partition(self, key: ScopeKey) -> None:
+    def _drop_partition(self, key: OwnerKey) -> None:
         del self._partitions[key]
         for index, value in enumerate(key):
             if value is not None:
@@ -119,38 +122,52 @@ class ScopedIndex:
                 if not keys:
                     del self._by_field[index][value]
 
-    def partitions(self, scope: Scope) -> Iterator[Partition]:
-        """The partitions visible through ``scope``."""
+    def select(self, scope: Scope) -> Selection:
+        """The partitions visible through ``scope``, each with the mask of its rows in the scope."""
         if scope.is_everything:
-            yield from list(self._partitions.values())
-            return
-        candidates: set[ScopeKey] | None = None
-        for index, name in enumerate(SCOPE_FIELDS):
+            return [(partition, None) for partition in self._partitions.values()]
+        candidates: set[OwnerKey] | None = None
+        for index, name in enumerate(SCOPE_FIELDS[:3]):
             value = getattr(scope, name)
             if value is None:
                 continue
             keys = self._by_field[index].get(value, set())
             candidates = set(keys) if candidates is None else candidates & keys
             if not candidates:
-                return
-        for key in sorted(candidates or (), key=lambda k: tuple(v or "" for v in k)):
-            yield self._partitions[key]
+                return []
+        owners = list(self._partitions) if candidates is None else candidates
+        selection = []
+        for key in sorted(owners, key=lambda k: tuple(v or "" for v in k)):
+            partition = self._partitions[key]
+            mask = partition.session_mask(scope)
+            if mask is None or mask.any():
+                selection.append((partition, mask))
+        return selection
 
     def get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         found = []
         for record_id in ids:
-            key = self._owner.get(record_id)
-            if key is None:
-                continue
-            partition = self._partitions[key]
-            if scope.matches(partition.scope):
+            record_scope = self._scope_of.get(record_id)
+            if record_scope is not None and scope.matches(record_scope):
+                partition = self._partitions[_owner_key(record_scope)]
                 found.append(partition.records[partition.positions[record_id]])
         return found
 
-    def records(self, scope: Scope) -> Iterator[MemoryRecord]:
-        """Every record visible through ``scope``, in no particular order."""
-        for partition in self.partitions(scope):
-            yield from partition.records
+    @staticmethod
+    def _row_masks(
+        selection: Selection, node: Filter | None
+    ) -> tuple[list[npt.NDArray[np.bool_] | None], bool]:
+        """Per partition, the rows in scope and (where computable) matching ``node``; and whether exact."""
+        masks: list[npt.NDArray[np.bool_] | None] = []
+        exact = True
+        for partition, in_scope in selection:
+            matching = partition.mask(node)
+            exact = exact and matching is not None
+            if matching is None:
+                masks.append(in_scope)
+            else:
+                masks.append(matching if in_scope is None else matching & in_scope)
+        return masks, exact
 
     def ordered(
         self,
@@ -163,43 +180,39 @@ class ScopedIndex:
     ) -> list[MemoryRecord]:
         after_us = None if after is None else timestamp_micros(after)
         before_us = None if before is None else timestamp_micros(before)
-        parts = list(self.partitions(scope))
-        masks = [p.mask(node) for p in parts]
-        exact = all(m is not None for m in masks)
-        if len(parts) == 1:
-            rows = parts[0].rows_in_order(order, after_us, before_us)
-            if exact:
-                rows = rows[masks[0][rows]][:limit]  # type: ignore[index]
-            candidates: Iterator[MemoryRecord] = (parts[0].records[row] for row in rows)
+        selection = self.select(scope)
+        masks, exact = self._row_masks(selection, node)
+        if len(selection) == 1:
+            partition, mask = selection[0][0], masks[0]
+            rows = partition.rows_in_order(order, after_us, before_us)
+            if mask is not None:
+                rows = rows[mask[rows]]
+            candidates: Iterator[MemoryRecord] = (partition.records[row] for row in rows)
         else:
-            candidates = self._merged_in_order(parts, masks if exact else None, order, after_us, before_us)
+            candidates = self._merged_in_order(selection, masks, order, after_us, before_us)
         if exact:
             return list(itertools.islice(candidates, limit))
-        result: list[MemoryRecord] = []
-        for record in candidates:
-            if limit is not None and len(result) >= limit:
-                break
-            if evaluate(node, record):
-                result.append(record)
-        return result
+        matching = (record for record in candidates if evaluate(node, record))
+        return list(itertools.islice(matching, limit))
 
     @staticmethod
     def _merged_in_order(
-        parts: list[Partition],
-        masks: list[npt.NDArray[np.bool_] | None] | None,
+        selection: Selection,
+        masks: list[npt.NDArray[np.bool_] | None],
         order: Order,
         after: int | None,
         before: int | None,
     ) -> Iterator[MemoryRecord]:
-        if not parts:
+        if not selection:
             return iter(())
+        parts = [partition for partition, _ in selection]
         stamps = np.concatenate([p.timestamps[: p.size] for p in parts])
         keys = np.concatenate([p.id_keys[: p.size] for p in parts])
         owners = np.concatenate([np.full(p.size, i, dtype=np.intp) for i, p in enumerate(parts)])
         rows = np.concatenate([np.arange(p.size, dtype=np.intp) for p in parts])
-        selected = np.ones(len(stamps), dtype=bool)
-        if masks is not None:
-            selected = np.concatenate(masks)  # type: ignore[arg-type]
+        selected = np.concatenate(
+            [np.ones(p.size, dtype=bool) if m is None else m for p, m in zip(parts, masks, strict=True)]
+        )
         if after is not None:
             selected &= stamps > after
         if before is not None:
@@ -214,25 +227,27 @@ class ScopedIndex:
         self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
     ) -> list[ScoredRecord]:
         if query is None:
-            newest = self.ordered(scope, None, "desc", None, None, None)
+            newest = self.ordered(scope, node, "desc", None, None, None)
             matching = (r for r in newest if text is not None and text_matches(text, r.message.content))
-            selected = [r for r in matching if node is None or evaluate(node, r)]
-            return [ScoredRecord(record=r, score=1.0) for r in selected[:limit]]
+            return [ScoredRecord(record=r, score=1.0) for r in itertools.islice(matching, limit)]
         if self.dimension is None:  # bound to an embedder, but no vector written yet
             return []
-        parts = [p for p in self.partitions(scope) if p.size]
-        if not parts:
+        selection = [(p, m) for p, m in self.select(scope) if p.size]
+        if not selection:
             return []
+        parts = [partition for partition, _ in selection]
+        masks, exact = self._row_masks(selection, node)
         vector = query[0]
-        masks = [p.mask(node) for p in parts]
-        exact = all(m is not None for m in masks)
         with single_blas_thread():
             scores = np.concatenate([p.vectors[: p.size] @ vector for p in parts])
         owners = np.concatenate([np.full(p.size, i, dtype=np.intp) for i, p in enumerate(parts)])
         rows = np.concatenate([np.arange(p.size, dtype=np.intp) for p in parts])
-        usable = np.concatenate([p.has_vector[: p.size] for p in parts])
-        if exact:
-            usable &= np.concatenate(masks)  # type: ignore[arg-type]
+        usable = np.concatenate(
+            [
+                p.has_vector[: p.size] if m is None else p.has_vector[: p.size] & m
+                for p, m in zip(parts, masks, strict=True)
+            ]
+        )
         candidates = np.flatnonzero(usable)
         if exact and text is None and len(candidates) > limit:
             top = np.argpartition(-scores[candidates], limit - 1)[:limit]
@@ -251,19 +266,28 @@ class ScopedIndex:
                 break
         return hits
 
+    def _matching(self, scope: Scope, node: Filter | None) -> Iterator[MemoryRecord]:
+        selection = self.select(scope)
+        masks, exact = self._row_masks(selection, node)
+        for (partition, _), mask in zip(selection, masks, strict=True):
+            rows = range(partition.size) if mask is None else np.flatnonzero(mask)
+            for row in rows:
+                record = partition.records[row]
+                if exact or evaluate(node, record):
+                    yield record
+
     def count(self, scope: Scope, node: Filter | None) -> int:
-        total = 0
-        for partition in self.partitions(scope):
-            mask = partition.mask(node)
-            if mask is not None:
-                total += int(mask.sum())
-            else:
-                total += sum(1 for record in partition.records if evaluate(node, record))
-        return total
+        selection = self.select(scope)
+        masks, exact = self._row_masks(selection, node)
+        if exact:
+            return sum(
+                p.size if m is None else int(m.sum()) for (p, _), m in zip(selection, masks, strict=True)
+            )
+        return sum(1 for _ in self._matching(scope, node))
 
     def matching_ids(self, scope: Scope, node: Filter | None) -> list[UUID]:
         """Ids of the records visible through ``scope`` that match ``node``."""
-        return [r.id for r in self.records(scope) if node is None or evaluate(node, r)]
+        return [record.id for record in self._matching(scope, node)]
 
     def visible_ids(self, scope: Scope, ids: list[UUID]) -> list[UUID]:
         """The subset of ``ids`` that exist and are visible through ``scope``."""
@@ -272,25 +296,31 @@ class ScopedIndex:
     def remove(self, ids: list[UUID]) -> None:
         """Remove records by id (ids not present are ignored)."""
         for record_id in ids:
-            key = self._owner.pop(record_id, None)
-            if key is None:
+            scope = self._scope_of.pop(record_id, None)
+            if scope is None:
                 continue
+            key = _owner_key(scope)
             partition = self._partitions[key]
             partition.remove(record_id)
             if partition.size == 0:
                 self._drop_partition(key)
 
-    def partition_entries(self, scope: Scope) -> list[tuple[MemoryRecord, Matrix | None]]:
+    def scope_entries(self, scope: Scope) -> list[tuple[MemoryRecord, Matrix | None]]:
         """The records whose scope is exactly ``scope``, each with its unit vector or ``None``."""
-        partition = self._partitions.get(scope.as_tuple())
+        partition = self._partitions.get(_owner_key(scope))
         if partition is None:
             return []
+        rows = np.flatnonzero(partition.exact_session_mask(scope.session_id))
         return [
-            (record, partition.vectors[row] if partition.has_vector[row] else None)
-            for row, record in enumerate(partition.records)
+            (partition.records[row], partition.vectors[row] if partition.has_vector[row] else None)
+            for row in rows
         ]
 
-    def partition_size(self, scope: Scope) -> int:
+    def scope_size(self, scope: Scope) -> int:
         """How many records have exactly ``scope``."""
-        partition = self._partitions.get(scope.as_tuple())
-        return 0 if partition is None else partition.size
+        partition = self._partitions.get(_owner_key(scope))
+        return 0 if partition is None else int(partition.exact_session_mask(scope.session_id).sum())
+
+
+def _owner_key(scope: Scope) -> OwnerKey:
+    return (scope.tenant, scope.user_id, scope.agent_id)

@@ -135,9 +135,10 @@ class FilterTests(StoreFixtures):
 class DifferentialFilterTests(StoreFixtures):
     """Hypothesis: random records and filter trees; the store must agree with the reference.
 
-    Each example writes into a fresh scope and a neighbour of the same tenant
-    (another user) and queries the first, so no answer may contain a record of
-    the neighbour (or of any earlier example).
+    Each example writes into a fresh scope and two neighbours (another session
+    of the same user and agent; another user of the same tenant) and queries
+    the first, so no answer may contain a neighbour's record (or one of any
+    earlier example).
     """
 
     @settings(
@@ -163,10 +164,13 @@ class DifferentialFilterTests(StoreFixtures):
         spec: dict[str, Any],
         limit: int,
     ) -> None:
-        scope = new_scope(user_id="u")
-        neighbour = Scope(tenant=scope.tenant, user_id="v")
+        scope = new_scope(user_id="u", agent_id="a", session_id="main")
+        neighbours = [
+            Scope(tenant=scope.tenant, user_id="u", agent_id="a", session_id="other"),
+            Scope(tenant=scope.tenant, user_id="v", agent_id="a", session_id="main"),
+        ]
         records = [make_record(scope, f"r{i}", **f) for i, f in enumerate(fields)]
-        others = [make_record(neighbour, f"n{i}", **f) for i, f in enumerate(neighbour_fields)]
+        others = [make_record(neighbours[i % 2], f"n{i}", **f) for i, f in enumerate(neighbour_fields)]
         store.add(records, random_vectors(len(records), seed=len(records)))
         if others:
             store.add(others, random_vectors(len(others), seed=99))
@@ -187,4 +191,4 @@ class DifferentialFilterTests(StoreFixtures):
         assert {h.record.id for h in hits} <= expected_ids
         assert store.delete_where(scope, spec) == len(expected)
         assert store.count(scope) == len(records) - len(expected)
-        assert store.count(neighbour) == len(others)
+        assert sum(store.count(n) for n in neighbours) == len(others)
