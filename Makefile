@@ -4,15 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memcore-installed
 PIP_FLAGS := --quiet --disable-pip-version-check
+PLUGINS := plugins/memcore-qdrant plugins/memcore-chroma
 
 .PHONY: demo test check lint types pytest clean
 
-$(STAMP): pyproject.toml tests/plugin_example/pyproject.toml
+$(STAMP): pyproject.toml tests/plugin_example/pyproject.toml $(PLUGINS:%=%/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIP_FLAGS) --upgrade pip
 # torch first, pinned to its CPU build: left to the st extra, pip would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install $(PIP_FLAGS) torch==2.13.0
-	$(BIN)/python -m pip install $(PIP_FLAGS) -e ".[dev,st]" -e ./tests/plugin_example
+	$(BIN)/python -m pip install $(PIP_FLAGS) -e ".[dev,st]" -e ./tests/plugin_example \
+		$(foreach plugin,$(PLUGINS),-e "./$(plugin)[test]")
 	touch $(STAMP)
 
 ## demo: the main job on the embedded default store (two agents, restarts, forget, budget; real MiniLM)
@@ -29,10 +31,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 types: $(STAMP)
-	$(BIN)/mypy memcore
+	$(BIN)/mypy memcore $(foreach plugin,$(PLUGINS),$(wildcard $(plugin)/memcore_*))
 
+# Each plugin's tests run on their own (their conftest and rootdir are the plugin's).
 pytest: $(STAMP)
 	$(BIN)/python -m pytest
+	$(foreach plugin,$(PLUGINS),$(BIN)/python -m pytest $(plugin)/tests &&) true
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,9 @@
+"""memcore-chroma: memcore stores in Chroma, embedded or on a Chroma server.
+
+``chroma:///path`` (embedded, durable), ``chroma+memory://`` (in memory) and
+``chroma+http(s)://host:port`` (a server); see :mod:`memcore_chroma.urls`.
+"""
+
+from memcore_chroma.store import ChromaHttpStore, ChromaMemoryStore, ChromaStore, ChromaStoreBase
+
+__all__ = ["ChromaHttpStore", "ChromaMemoryStore", "ChromaStore", "ChromaStoreBase"]

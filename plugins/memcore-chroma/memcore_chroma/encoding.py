@@ -1,0 +1,149 @@
+"""How a memcore record is laid out in a Chroma collection.
+
+One record is one Chroma entry:
+
+* ``id``: the record's UUID, as a string;
+* ``document``: the whole record as JSON, the source of truth that every read decodes;
+* ``metadata``: flat keys that only exist to be filtered on natively::
+
+    scope.tenant, scope.user_id, ...   the scope fields that are set
+    role, kind                         strings
+    created_at                         microseconds since the epoch (an int, exact)
+    vec                                whether the record has a real vector
+    m.<key>                            a scalar metadata value; numbers as floats
+    l.<key>                            a non-empty list metadata value
+    t.<key>                            the value's type: "str", "bool", "num" or "list"
+
+Numbers are stored as floats because Chroma compares an int column with a float
+operand by truncating the operand (``$ne: 0.5`` skips a stored ``0``); with every
+number a float, comparisons are float against float, exact below 2**53, and
+:mod:`memcore_chroma.filters` widens them (and post-filters) beyond. The exact
+value, including integers up to 2**63, lives in the JSON document.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.errors import StoreCorruptedError
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+
+Where = dict[str, Any]
+"""A Chroma ``where`` document."""
+
+ChromaMetadata = dict[str, str | int | float | bool | list[str]]
+
+SCOPE_PREFIX = "scope."
+VECTOR_KEY = "vec"
+CREATED_AT_KEY = "created_at"
+TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST = "str", "bool", "num", "list"
+VALUE_TYPES = (TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def scalar_key(key: str) -> str:
+    """The Chroma key holding the scalar value of ``metadata.<key>``."""
+    return f"m.{key}"
+
+
+def list_key(key: str) -> str:
+    """The Chroma key holding the (non-empty) list value of ``metadata.<key>``."""
+    return f"l.{key}"
+
+
+def type_key(key: str) -> str:
+    """The Chroma key holding the type of ``metadata.<key>``, present whenever the key is."""
+    return f"t.{key}"
+
+
+def epoch_micros(moment: datetime) -> int:
+    """``moment`` (timezone-aware) as whole microseconds since the epoch."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def flat_metadata(record: MemoryRecord, has_vector: bool) -> ChromaMetadata:
+    """The flat, filterable Chroma metadata of ``record``."""
+    flat: ChromaMetadata = {f"{SCOPE_PREFIX}{name}": value for name, value in record.scope.items()}
+    flat["role"] = record.message.role
+    flat["kind"] = record.kind
+    flat[CREATED_AT_KEY] = epoch_micros(record.created_at)
+    flat[VECTOR_KEY] = has_vector
+    for key, value in record.metadata.items():
+        if isinstance(value, list):
+            flat[type_key(key)] = TYPE_LIST
+            if value:  # Chroma refuses empty lists; t.<key> alone records one
+                flat[list_key(key)] = list(value)
+        elif isinstance(value, bool):
+            flat[type_key(key)], flat[scalar_key(key)] = TYPE_BOOL, value
+        elif isinstance(value, int | float):
+            flat[type_key(key)], flat[scalar_key(key)] = TYPE_NUM, float(value)
+        else:
+            flat[type_key(key)], flat[scalar_key(key)] = TYPE_STR, value
+    return flat
+
+
+def encode(record: MemoryRecord) -> str:
+    """The document of ``record``: its JSON."""
+    return record.model_dump_json()
+
+
+def decode(record_id: str, document: str | None) -> MemoryRecord:
+    """The record a document holds.
+
+    :raises StoreCorruptedError: if the document is missing or not a valid record.
+    """
+    if document is None:
+        raise StoreCorruptedError(
+            f"the Chroma entry {record_id} has no document; it was not written by memcore"
+        )
+    try:
+        record = MemoryRecord.model_validate_json(document)
+    except ValueError as exc:
+        raise StoreCorruptedError(
+            f"the Chroma entry {record_id} does not hold a valid record: {exc}"
+        ) from None
+    if str(record.id) != record_id:
+        raise StoreCorruptedError(f"the Chroma entry {record_id} holds the record {record.id}")
+    return record
+
+
+def scope_clauses(scope: Scope) -> list[Where]:
+    """One equality per set scope field (none for :meth:`Scope.everything`)."""
+    return [{f"{SCOPE_PREFIX}{name}": value} for name, value in scope.items()]
+
+
+def stored_scope(metadata: dict[str, Any] | None) -> tuple[str | None, ...]:
+    """The scope tuple recorded in an entry's flat metadata."""
+    metadata = metadata or {}
+    return tuple(
+        metadata.get(f"{SCOPE_PREFIX}{name}") for name in ("tenant", "user_id", "agent_id", "session_id")
+    )
+
+
+def all_of(clauses: list[Where]) -> Where | None:
+    """``$and`` of ``clauses``; Chroma wants at least two, so one is returned bare, none as ``None``."""
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def any_of(clauses: list[Where]) -> Where:
+    """``$or`` of at least one clause (one is returned bare)."""
+    return clauses[0] if len(clauses) == 1 else {"$or": clauses}
+
+
+def placeholder_vectors(count: int, dimension: int) -> npt.NDArray[np.float32]:
+    """Stand-in vectors for records without one: Chroma needs a vector per entry.
+
+    Searches exclude them with ``vec: true``; they never score.
+    """
+    vectors = np.zeros((count, dimension), dtype=np.float32)
+    vectors[:, 0] = 1.0
+    return vectors

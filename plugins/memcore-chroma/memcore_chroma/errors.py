@@ -1,0 +1,59 @@
+"""Translate chromadb's exceptions into :mod:`memcore.errors`.
+
+Nothing raised by chromadb, httpx or the Rust bindings leaves the store
+untranslated: an unreachable or restarting server is
+:class:`~memcore.errors.StoreUnavailableError` (retry once it is back), a vector
+of the wrong size :class:`~memcore.errors.DimensionMismatchError`, anything
+else :class:`~memcore.errors.StoreError` naming what failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
+
+from memcore.errors import DimensionMismatchError, MemcoreError, StoreError, StoreUnavailableError
+
+_UNREACHABLE_MESSAGES = ("could not connect", "connection refused", "connection reset")
+
+
+def _unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.TransportError | ConnectionError):
+        return True
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code >= 500
+    return isinstance(exc, ValueError | ChromaError) and any(
+        text in str(exc).lower() for text in _UNREACHABLE_MESSAGES
+    )
+
+
+def translate(exc: Exception, action: str) -> MemcoreError:
+    """The memcore error for a chromadb exception raised while doing ``action``."""
+    if isinstance(exc, MemcoreError):
+        return exc
+    if _unavailable(exc):
+        return StoreUnavailableError(
+            f"the Chroma server could not be reached while {action} ({exc}); retry once it is back"
+        )
+    if isinstance(exc, InvalidArgumentError) and "dimension" in str(exc).lower():
+        return DimensionMismatchError(f"Chroma refused a vector while {action}: {exc}")
+    if isinstance(exc, NotFoundError):
+        return StoreError(f"the Chroma collection disappeared while {action} ({exc}); reopen the store")
+    return StoreError(f"Chroma failed while {action}: {type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def translated(action: str) -> Iterator[None]:
+    """Run the block, re-raising any exception as its :func:`translate` counterpart.
+
+    :param action: what the block does, for the message ("counting records").
+    """
+    try:
+        yield
+    except MemcoreError:
+        raise
+    except Exception as exc:
+        raise translate(exc, action) from exc

@@ -1,0 +1,6 @@
+"""memcore-qdrant: memcore stores on Qdrant, embedded (Qdrant Edge) or on a server (qdrant-client)."""
+
+from memcore_qdrant.errors import IncompatibleCollectionError
+from memcore_qdrant.store import QdrantMemoryStore, QdrantServerStore, QdrantStore
+
+__all__ = ["IncompatibleCollectionError", "QdrantMemoryStore", "QdrantServerStore", "QdrantStore"]

@@ -1,0 +1,253 @@
+"""The server engine: a collection on a Qdrant server, through qdrant-client.
+
+The same class also drives qdrant-client's local mode (``QdrantClient(path=...)``),
+which the plugin keeps only for comparison in ``benchmarks/qdrant_embedded.py``
+and for running the conformance suite over this code: local mode evaluates
+filters in Python point by point, far too slow for the embedded default.
+
+The collection is created with no dense vector; the first vector write adds
+the cosine vector ``dense`` (``create_vector_name``), so records without
+vectors can be written before the dimension is known. On a server, the scope
+fields get keyword payload indexes (``tenant`` with ``is_tenant=True``), as do
+``role`` and ``kind``; ``created_at`` gets an integer index for ordered reads.
+The vector-space binding lives in the collection's metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from qdrant_client import QdrantClient, models
+
+from memcore.errors import StoreCorruptedError
+from memcore.store import VectorSpace
+from memcore_qdrant import payload as fields
+from memcore_qdrant.engine import SCROLL_PAGE, VECTOR_NAME, Direction, Hit, Point
+from memcore_qdrant.errors import IncompatibleCollectionError
+from memcore_qdrant.filters import (
+    Clause,
+    Condition,
+    HasId,
+    Match,
+    MatchAny,
+    MatchExcept,
+    MatchSubstring,
+    Range,
+    ScopeIs,
+)
+
+SPACE_KEY = "memcore_vector_space"
+"""The key of the vector-space binding in the collection's metadata."""
+
+
+def render_condition(condition: Condition) -> models.Condition:
+    """The qdrant-client model for one neutral condition."""
+    if isinstance(condition, Clause):
+        return render_filter(condition)
+    if isinstance(condition, HasId):
+        return models.HasIdCondition(has_id=[str(point_id) for point_id in condition.ids])
+    if isinstance(condition, ScopeIs):
+        return models.Filter(must=_scope_matches(condition))
+    if isinstance(condition, Range):
+        bounds = models.Range(gt=condition.gt, gte=condition.gte, lt=condition.lt, lte=condition.lte)
+        return models.FieldCondition(key=condition.key, range=bounds)
+    match: models.Match
+    if isinstance(condition, Match):
+        match = models.MatchValue(value=condition.value)
+    elif isinstance(condition, MatchAny):
+        match = models.MatchAny(any=list(condition.values))
+    elif isinstance(condition, MatchExcept):
+        match = models.MatchExcept(**{"except": list(condition.values)})
+    else:
+        assert isinstance(condition, MatchSubstring)
+        match = models.MatchSubstring(substring=condition.substring)
+    return models.FieldCondition(key=condition.key, match=match)
+
+
+def _scope_matches(scope: ScopeIs) -> list[models.Condition]:
+    return [
+        models.FieldCondition(key=name, match=models.MatchValue(value=value)) for name, value in scope.fields
+    ]
+
+
+def render_filter(clause: Clause) -> models.Filter:
+    """The qdrant-client ``Filter`` for a clause (an empty clause matches everything).
+
+    A scope in ``must`` becomes one top-level match per scope field, on the keyword indexes.
+    """
+    must: list[models.Condition] = []
+    for condition in clause.must:
+        must += _scope_matches(condition) if isinstance(condition, ScopeIs) else [render_condition(condition)]
+    return models.Filter(
+        must=must or None,
+        should=[render_condition(c) for c in clause.should] or None,
+        must_not=[render_condition(c) for c in clause.must_not] or None,
+    )
+
+
+class ClientEngine:
+    """One collection reached through a :class:`~qdrant_client.QdrantClient`.
+
+    :param client: a remote client, or a local-mode one.
+    :param collection: the collection's name; created if missing.
+    :param location: the URL or path, for messages.
+    :param server: create payload indexes (a server uses them; local mode ignores them).
+    """
+
+    def __init__(self, client: QdrantClient, collection: str, location: str, *, server: bool) -> None:
+        self.location = location
+        self._client = client
+        self._collection = collection
+        if not client.collection_exists(collection):
+            client.create_collection(collection, vectors_config={})
+            if server:
+                self._create_indexes()
+        info = client.get_collection(collection)
+        self._dimension = self._dense_vector(info.config.params.vectors)
+        self._space = self._read_space(info.config.metadata)
+
+    def _create_indexes(self) -> None:
+        for name in fields.KEYWORD_FIELDS:
+            schema = models.KeywordIndexParams(
+                type=models.KeywordIndexType.KEYWORD, is_tenant=True if name == fields.TENANT else None
+            )
+            self._client.create_payload_index(self._collection, name, field_schema=schema, wait=True)
+        created_at = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
+        self._client.create_payload_index(
+            self._collection, fields.CREATED_AT, field_schema=created_at, wait=True
+        )
+
+    def _dense_vector(self, vectors: Any) -> int | None:
+        where = f"the collection {self._collection!r} at {self.location}"
+        if vectors is None:
+            return None
+        if not isinstance(vectors, dict):
+            raise IncompatibleCollectionError(
+                f"{where} has an unnamed vector; memcore needs its own named vector {VECTOR_NAME!r}. "
+                "Use another collection (qdrant+http://host:port/<collection>)"
+            )
+        dense = vectors.get(VECTOR_NAME)
+        if dense is None:
+            return None
+        if dense.distance != models.Distance.COSINE:
+            raise IncompatibleCollectionError(
+                f"{where} has a {dense.distance.value} vector {VECTOR_NAME!r}; "
+                "memcore needs cosine similarity. Use another collection"
+            )
+        size: int = dense.size
+        return size
+
+    def _read_space(self, metadata: dict[str, Any] | None) -> VectorSpace | None:
+        space = (metadata or {}).get(SPACE_KEY)
+        if space is None:
+            return None
+        embedder, dimension = space.get("embedder"), space.get("dimension")
+        if not isinstance(embedder, str) or not isinstance(dimension, int):
+            raise StoreCorruptedError(
+                f"the collection {self._collection!r} has invalid memcore metadata {space!r}"
+            )
+        if self._dimension not in (None, dimension):
+            raise IncompatibleCollectionError(
+                f"the collection {self._collection!r} holds {self._dimension}-dimensional vectors "
+                f"but is bound to {embedder!r} ({dimension} dimensions)"
+            )
+        return VectorSpace(embedder, dimension)
+
+    def dimension(self) -> int | None:
+        return self._dimension
+
+    def add_vectors(self, dimension: int) -> None:
+        config = models.DenseVectorNameConfig(
+            dense=models.DenseVectorConfig(size=dimension, distance=models.Distance.COSINE)
+        )
+        self._client.create_vector_name(self._collection, VECTOR_NAME, config, wait=True)
+        self._dimension = dimension
+
+    def upsert(self, points: Sequence[Point]) -> None:
+        structs = [
+            models.PointStruct(
+                id=str(p.id), vector={} if p.vector is None else {VECTOR_NAME: p.vector}, payload=p.payload
+            )
+            for p in points
+        ]
+        self._client.upsert(self._collection, points=structs, wait=True)
+
+    def scroll(
+        self,
+        where: Clause,
+        *,
+        limit: int | None = None,
+        order: Direction | None = None,
+        with_vectors: bool = False,
+    ) -> list[Point]:
+        scroll_filter = render_filter(where)
+        if order is not None:
+            order_by = models.OrderBy(
+                key=fields.CREATED_AT,
+                direction=models.Direction.ASC if order == "asc" else models.Direction.DESC,
+            )
+            records, _ = self._client.scroll(
+                self._collection,
+                scroll_filter=scroll_filter,
+                limit=limit or SCROLL_PAGE,
+                order_by=order_by,
+                with_payload=True,
+                with_vectors=with_vectors,
+            )
+            return [self._point(r) for r in records]
+        found: list[Point] = []
+        offset: Any = None
+        while True:
+            page = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - len(found))
+            records, offset = self._client.scroll(
+                self._collection,
+                scroll_filter=scroll_filter,
+                limit=page,
+                offset=offset,
+                with_payload=True,
+                with_vectors=with_vectors,
+            )
+            found += [self._point(r) for r in records]
+            if offset is None or (limit is not None and len(found) >= limit):
+                return found
+
+    @staticmethod
+    def _point(record: models.Record) -> Point:
+        vectors = record.vector if isinstance(record.vector, dict) else {}
+        dense = vectors.get(VECTOR_NAME)
+        vector = [float(x) for x in dense if isinstance(x, float | int)] if isinstance(dense, list) else None
+        return Point(UUID(str(record.id)), record.payload or {}, vector)
+
+    def query(self, vector: Sequence[float], where: Clause, limit: int) -> list[Hit]:
+        response = self._client.query_points(
+            self._collection,
+            query=list(vector),
+            using=VECTOR_NAME,
+            query_filter=render_filter(where),
+            limit=limit,
+            with_payload=True,
+        )
+        return [Hit(UUID(str(p.id)), p.score, p.payload or {}) for p in response.points]
+
+    def count(self, where: Clause) -> int:
+        return self._client.count(self._collection, count_filter=render_filter(where), exact=True).count
+
+    def delete(self, where: Clause) -> None:
+        selector = models.FilterSelector(filter=render_filter(where))
+        self._client.delete(self._collection, points_selector=selector, wait=True)
+
+    def load_space(self) -> VectorSpace | None:
+        return self._space
+
+    def save_space(self, space: VectorSpace) -> None:
+        metadata = {SPACE_KEY: {"embedder": space.embedder, "dimension": space.dimension}}
+        self._client.update_collection(self._collection, metadata=metadata)
+        self._space = space
+
+    def purge(self) -> None:
+        """Nothing to do here: Qdrant's optimizer vacuums deleted points from the segments itself."""
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,126 @@
+"""Opening an engine for each kind of location, with the lock its calls run under.
+
+* :func:`connect_edge`: an embedded, durable Qdrant Edge shard in a folder (``qdrant:///path``);
+* :func:`connect_memory`: a Qdrant Edge shard in a private temporary folder, removed on close
+  (``qdrant+memory://``);
+* :func:`connect_server`: a collection on a Qdrant server (``qdrant+http(s)://host:port[/collection]``);
+* :func:`connect_local_client`: qdrant-client's local mode in a folder, for benchmarks only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import QdrantClient
+
+from memcore.errors import InvalidInputError
+from memcore_qdrant import embedded
+from memcore_qdrant.client_engine import ClientEngine
+from memcore_qdrant.edge_engine import EdgeEngine
+from memcore_qdrant.engine import Engine
+from memcore_qdrant.errors import translated
+
+API_KEY_ENV = "QDRANT_API_KEY"
+DEFAULT_COLLECTION = "memcore"
+SERVER_TIMEOUT_SECONDS = 10
+_COLLECTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """An open engine, the lock that serialises its calls, and how to let go of it."""
+
+    engine: Engine
+    lock: Any
+    release: Callable[[], None]
+
+
+def connect_edge(path: str | os.PathLike[str]) -> Connection:
+    """The embedded Qdrant Edge store in ``path``, shared by every store object of this process."""
+    opened = embedded.acquire(Path(path), "qdrant-edge", _open_edge)
+    return Connection(opened.engine, opened.lock, lambda: embedded.release(opened))
+
+
+def _open_edge(root: Path) -> Engine:
+    with translated("open the shard", str(root)):
+        return EdgeEngine(root)
+
+
+RAM_FOLDER = Path("/dev/shm")
+"""Where ``qdrant+memory://`` puts its shard when the system has this RAM-backed folder."""
+
+
+def connect_memory() -> Connection:
+    """A throwaway Qdrant Edge shard in a private temporary folder, deleted on release.
+
+    The folder is in RAM (``/dev/shm``) where there is one, so that the engine's
+    fsyncs cost nothing for a store that is not durable anyway.
+    """
+    ram = RAM_FOLDER if RAM_FOLDER.is_dir() and os.access(RAM_FOLDER, os.W_OK) else None
+    root = Path(tempfile.mkdtemp(prefix="memcore-qdrant-", dir=ram))
+    try:
+        engine = _open_edge(root)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+
+    def release() -> None:
+        try:
+            engine.close()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    return Connection(engine, threading.RLock(), release)
+
+
+def connect_local_client(path: str | os.PathLike[str]) -> Connection:
+    """qdrant-client's local mode in ``path``: filters run in Python, point by point.
+
+    Not used by any URL; ``benchmarks/qdrant_embedded.py`` compares it with Qdrant Edge.
+    """
+    opened = embedded.acquire(Path(path), "qdrant-client-local", _open_local_client)
+    return Connection(opened.engine, opened.lock, lambda: embedded.release(opened))
+
+
+def _open_local_client(root: Path) -> Engine:
+    with translated("open the local collection", str(root)):
+        client = QdrantClient(path=str(root / "client"))
+        try:
+            return ClientEngine(client, DEFAULT_COLLECTION, str(root), server=False)
+        except BaseException:
+            client.close()
+            raise
+
+
+def connect_server(base_url: str, collection: str, api_key: str | None = None) -> Connection:
+    """A collection on a Qdrant server, created (with its payload indexes) if missing.
+
+    :param base_url: ``http://host:port`` or ``https://host:port``.
+    :param collection: the collection's name.
+    :param api_key: the server's API key; default ``$QDRANT_API_KEY``.
+    :raises StoreUnavailableError: if the server cannot be reached.
+    """
+    if not _COLLECTION_NAME.fullmatch(collection):
+        raise InvalidInputError(
+            f"invalid Qdrant collection name {collection!r}: use letters, digits, _ and -"
+        )
+    key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+    location = f"{base_url}/{collection}"
+    with translated("connect", location):
+        client = QdrantClient(
+            url=base_url, api_key=key, timeout=SERVER_TIMEOUT_SECONDS, check_compatibility=False
+        )
+        try:
+            engine = ClientEngine(client, collection, location, server=True)
+        except BaseException:
+            client.close()
+            raise
+    return Connection(engine, threading.RLock(), engine.close)

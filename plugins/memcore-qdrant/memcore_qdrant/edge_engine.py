@@ -1,0 +1,276 @@
+"""The embedded engine: a Qdrant Edge shard (qdrant-edge-py), Qdrant's own Rust engine in-process.
+
+Layout of an embedded store's folder::
+
+    .lock           flock held by the one process that has the store open
+    memcore.json    format and vector-space binding (see :mod:`memcore_qdrant.meta`)
+    shard/          the Qdrant Edge shard (WAL, segments, edge_config.json)
+
+A shard needs a vector at creation, but memcore learns the dimension only from
+the first vector written; the shard is therefore created with an unused sparse
+vector (:data:`PLACEHOLDER`) and gains the ``dense`` cosine vector later. The
+scope fields, ``role`` and ``kind`` get keyword indexes (``tenant`` with
+``is_tenant``) and ``created_at`` an integer index, which ordered reads need.
+Segments are never optimised into HNSW graphs: a scoped search scores the
+scope's points exactly, found through the payload index, which is both exact
+and fast for agent memory (see the plugin README for the measurements).
+
+:meth:`EdgeEngine.purge` rebuilds the shard from its live points in
+``shard.new`` and swaps it in, so deleted records leave no bytes behind (the WAL
+included); :func:`_recover` finishes or discards a swap a crash interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import qdrant_edge as edge
+
+from memcore.store import VectorSpace
+from memcore_qdrant import meta
+from memcore_qdrant import payload as fields
+from memcore_qdrant.engine import SCROLL_PAGE, VECTOR_NAME, Direction, Hit, Point
+from memcore_qdrant.errors import IncompatibleCollectionError
+from memcore_qdrant.filters import (
+    Clause,
+    Condition,
+    HasId,
+    Match,
+    MatchAny,
+    MatchExcept,
+    MatchSubstring,
+    Range,
+    ScopeIs,
+)
+
+PLACEHOLDER = "memcore-placeholder"
+"""The unused sparse vector a new shard is created with."""
+
+SHARD, NEW_SHARD, OLD_SHARD = "shard", "shard.new", "shard.old"
+
+
+def render_condition(condition: Condition) -> Any:
+    """The qdrant-edge-py object for one neutral condition."""
+    if isinstance(condition, Clause):
+        return render_filter(condition)
+    if isinstance(condition, HasId):
+        return edge.HasIdCondition(set(condition.ids))
+    if isinstance(condition, ScopeIs):
+        return edge.FieldCondition(
+            key=fields.SCOPE_KEYS, match=edge.MatchValue(fields.scope_key(condition.fields))
+        )
+    if isinstance(condition, Range):
+        bounds = edge.RangeFloat(gt=condition.gt, gte=condition.gte, lt=condition.lt, lte=condition.lte)
+        return edge.FieldCondition(key=condition.key, range=bounds)
+    match: Any
+    if isinstance(condition, Match):
+        match = edge.MatchValue(condition.value)
+    elif isinstance(condition, MatchAny):
+        match = edge.MatchAny(list(condition.values))  # type: ignore[arg-type]  # str or int, never mixed
+    elif isinstance(condition, MatchExcept):
+        match = edge.MatchExcept(list(condition.values))
+    else:
+        assert isinstance(condition, MatchSubstring)
+        match = edge.MatchSubstring(condition.substring)
+    return edge.FieldCondition(key=condition.key, match=match)
+
+
+def render_filter(clause: Clause) -> edge.Filter:
+    """The qdrant-edge-py ``Filter`` for a clause (an empty clause matches everything)."""
+    return edge.Filter(
+        must=[render_condition(c) for c in clause.must] or None,
+        should=[render_condition(c) for c in clause.should] or None,
+        must_not=[render_condition(c) for c in clause.must_not] or None,
+    )
+
+
+def _uuid(point_id: object) -> UUID:
+    return point_id if isinstance(point_id, UUID) else UUID(str(point_id))
+
+
+def _edge_point(point: Point) -> edge.Point:
+    return edge.Point(point.id, {} if point.vector is None else {VECTOR_NAME: point.vector}, point.payload)
+
+
+def _create_shard(path: Path) -> edge.EdgeShard:
+    config = edge.EdgeConfig(sparse_vectors={PLACEHOLDER: edge.EdgeSparseVectorParams()})
+    shard = edge.EdgeShard.create(str(path), config)
+    for name in fields.KEYWORD_FIELDS:
+        params = edge.KeywordIndexParams(is_tenant=name == fields.TENANT)
+        shard.update(edge.UpdateOperation.create_field_index(name, params))
+    created_at = edge.IntegerIndexParams(lookup=True, range=True)
+    shard.update(edge.UpdateOperation.create_field_index(fields.CREATED_AT, created_at))
+    return shard
+
+
+def _recover(root: Path) -> None:
+    """Finish or undo a :meth:`EdgeEngine.purge` that a crash interrupted."""
+    shard, new, old = root / SHARD, root / NEW_SHARD, root / OLD_SHARD
+    if not shard.exists() and new.exists():
+        new.rename(shard)  # the crash fell between the two renames: the rebuilt shard is complete
+    if new.exists():
+        shutil.rmtree(new)  # an unfinished rebuild: the old shard is still authoritative
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _dense_vector(shard_path: Path) -> int | None:
+    """The size of the shard's ``dense`` vector, checking it is one memcore can use."""
+    config_path = shard_path / "edge_config.json"
+    try:
+        vectors = json.loads(config_path.read_bytes()).get("vectors") or {}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise IncompatibleCollectionError(
+            f"{config_path} is not a readable Qdrant Edge config ({exc})"
+        ) from None
+    unknown = set(vectors) - {VECTOR_NAME}
+    if unknown:
+        raise IncompatibleCollectionError(
+            f"the Qdrant Edge shard at {shard_path} has vectors {sorted(unknown)} that memcore "
+            "did not create; open memcore on another path"
+        )
+    dense = vectors.get(VECTOR_NAME)
+    if dense is None:
+        return None
+    if dense.get("distance") != "Cosine" or not isinstance(dense.get("size"), int):
+        raise IncompatibleCollectionError(
+            f"the Qdrant Edge shard at {shard_path} has a {dense.get('distance')} vector {VECTOR_NAME!r}; "
+            "memcore needs cosine similarity. Open memcore on another path"
+        )
+    size: int = dense["size"]
+    return size
+
+
+class EdgeEngine:
+    """A Qdrant Edge shard under ``root``, with memcore's metadata beside it.
+
+    :param root: the store's folder (created by the caller, locked by the caller).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.location = str(root)
+        _recover(root)
+        shard_path = root / SHARD
+        if (shard_path / "edge_config.json").exists():
+            self._dimension = _dense_vector(shard_path)
+            self._shard = edge.EdgeShard.load(str(shard_path))
+        else:
+            if shard_path.exists():
+                shutil.rmtree(shard_path)  # a creation that crashed before writing its config
+            self._dimension = None
+            self._shard = _create_shard(shard_path)
+        self._space = meta.read_space(root)
+        if self._space is not None and self._dimension not in (None, self._space.dimension):
+            self._shard.close()
+            raise IncompatibleCollectionError(
+                f"the shard at {shard_path} holds {self._dimension}-dimensional vectors but the store is "
+                f"bound to {self._space.embedder!r} ({self._space.dimension} dimensions)"
+            )
+
+    def dimension(self) -> int | None:
+        return self._dimension
+
+    def add_vectors(self, dimension: int) -> None:
+        self._shard.update(
+            edge.UpdateOperation.create_dense_vector(VECTOR_NAME, dimension, edge.Distance.Cosine)
+        )
+        self._dimension = dimension
+
+    def upsert(self, points: Sequence[Point]) -> None:
+        self._shard.update(edge.UpdateOperation.upsert_points([_edge_point(p) for p in points]))
+
+    def scroll(
+        self,
+        where: Clause,
+        *,
+        limit: int | None = None,
+        order: Direction | None = None,
+        with_vectors: bool = False,
+    ) -> list[Point]:
+        query_filter = render_filter(where)
+        if order is not None:
+            direction = edge.Direction.Asc if order == "asc" else edge.Direction.Desc
+            request = edge.ScrollRequest(
+                limit=limit,
+                filter=query_filter,
+                with_payload=True,
+                with_vector=with_vectors,
+                order_by=edge.OrderBy(fields.CREATED_AT, direction),
+            )
+            records, _ = self._shard.scroll(request)
+            return [self._point(r) for r in records]
+        found: list[Point] = []
+        offset: Any = None
+        while True:
+            page = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - len(found))
+            request = edge.ScrollRequest(
+                offset=offset, limit=page, filter=query_filter, with_payload=True, with_vector=with_vectors
+            )
+            records, offset = self._shard.scroll(request)
+            found += [self._point(r) for r in records]
+            if offset is None or (limit is not None and len(found) >= limit):
+                return found
+
+    @staticmethod
+    def _point(record: Any) -> Point:
+        vector = record.vector.get(VECTOR_NAME) if isinstance(record.vector, dict) else None
+        return Point(_uuid(record.id), record.payload or {}, vector)
+
+    def query(self, vector: Sequence[float], where: Clause, limit: int) -> list[Hit]:
+        request = edge.QueryRequest(
+            limit=limit,
+            query=edge.Query.Nearest(list(vector), using=VECTOR_NAME),
+            filter=render_filter(where),
+            with_payload=True,
+            params=edge.SearchParams(exact=True),
+        )
+        return [Hit(_uuid(p.id), p.score, p.payload or {}) for p in self._shard.query(request)]
+
+    def count(self, where: Clause) -> int:
+        return self._shard.count(edge.CountRequest(exact=True, filter=render_filter(where)))
+
+    def delete(self, where: Clause) -> None:
+        self._shard.update(edge.UpdateOperation.delete_points_by_filter(render_filter(where)))
+
+    def load_space(self) -> VectorSpace | None:
+        return self._space
+
+    def save_space(self, space: VectorSpace) -> None:
+        meta.write_space(self.root, space)
+        self._space = space
+
+    def purge(self) -> None:
+        live = self.scroll(Clause(), with_vectors=True)
+        new_path = self.root / NEW_SHARD
+        if new_path.exists():
+            shutil.rmtree(new_path)
+        rebuilt = _create_shard(new_path)
+        try:
+            if self._dimension is not None:
+                rebuilt.update(
+                    edge.UpdateOperation.create_dense_vector(
+                        VECTOR_NAME, self._dimension, edge.Distance.Cosine
+                    )
+                )
+            for start in range(0, len(live), SCROLL_PAGE):
+                batch = [_edge_point(p) for p in live[start : start + SCROLL_PAGE]]
+                rebuilt.update(edge.UpdateOperation.upsert_points(batch))
+            rebuilt.flush()
+        finally:
+            rebuilt.close()
+        self._shard.close()
+        shard_path = self.root / SHARD
+        shard_path.rename(self.root / OLD_SHARD)
+        new_path.rename(shard_path)
+        shutil.rmtree(self.root / OLD_SHARD)
+        self._shard = edge.EdgeShard.load(str(shard_path))
+
+    def close(self) -> None:
+        self._shard.flush()
+        self._shard.close()

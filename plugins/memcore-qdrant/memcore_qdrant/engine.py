@@ -1,0 +1,103 @@
+"""What the store needs from a Qdrant engine, whichever one runs underneath.
+
+Two engines implement :class:`Engine`: :class:`~memcore_qdrant.edge_engine.EdgeEngine`
+(qdrant-edge-py, the embedded default) and
+:class:`~memcore_qdrant.client_engine.ClientEngine` (qdrant-client: a server, or
+its slow local mode). Filters arrive as :class:`~memcore_qdrant.filters.Clause`
+trees; each engine renders them into its own objects. Engines are not
+thread-safe: the store serialises every call under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+from uuid import UUID
+
+from memcore.store import VectorSpace
+from memcore_qdrant.filters import Clause
+
+VECTOR_NAME = "dense"
+"""The named vector that holds a record's embedding (absent on records written without one)."""
+
+SCROLL_PAGE = 1_000
+"""Points fetched per scroll request when reading a whole result set."""
+
+Direction = Literal["asc", "desc"]
+
+
+@dataclass(frozen=True)
+class Point:
+    """A stored point: the record's UUID, its payload, and its unit vector if it has one."""
+
+    id: UUID
+    payload: dict[str, Any]
+    vector: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A vector search result: cosine similarity as Qdrant computed it."""
+
+    id: UUID
+    score: float
+    payload: dict[str, Any]
+
+
+class Engine(Protocol):
+    """The operations :class:`~memcore_qdrant.store.QdrantStore` runs against Qdrant."""
+
+    location: str
+    """Where the data lives, for messages (a path or a URL)."""
+
+    def dimension(self) -> int | None:
+        """The size of the ``dense`` vector, once one was written (``None`` before)."""
+        ...
+
+    def add_vectors(self, dimension: int) -> None:
+        """Declare the ``dense`` cosine vector of this size; called once, by the first vector write."""
+        ...
+
+    def upsert(self, points: Sequence[Point]) -> None:
+        """Insert or replace points, waiting until the write is applied."""
+        ...
+
+    def scroll(
+        self,
+        where: Clause,
+        *,
+        limit: int | None = None,
+        order: Direction | None = None,
+        with_vectors: bool = False,
+    ) -> list[Point]:
+        """Points matching ``where``: all of them, or the first ``limit`` by ``created_at`` in ``order``."""
+        ...
+
+    def query(self, vector: Sequence[float], where: Clause, limit: int) -> list[Hit]:
+        """The ``limit`` points with a vector most similar to ``vector``, among those matching ``where``."""
+        ...
+
+    def count(self, where: Clause) -> int:
+        """How many points match ``where``, exactly."""
+        ...
+
+    def delete(self, where: Clause) -> None:
+        """Delete every point matching ``where``, waiting until applied."""
+        ...
+
+    def load_space(self) -> VectorSpace | None:
+        """The persisted vector-space binding."""
+        ...
+
+    def save_space(self, space: VectorSpace) -> None:
+        """Persist the vector-space binding."""
+        ...
+
+    def purge(self) -> None:
+        """Physically remove deleted points from what the engine persists."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release the engine."""
+        ...

@@ -1,0 +1,62 @@
+"""Translation of Qdrant's exceptions into :mod:`memcore.errors`.
+
+qdrant-client raises httpx, grpc and its own exceptions; qdrant-edge-py raises
+plain ``Exception``/``ValueError`` with the engine's message. Callers of a
+memcore store only ever see :class:`~memcore.errors.MemcoreError` subclasses,
+so every engine call of the plugin runs inside :func:`translated`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from memcore.errors import MemcoreError, StoreError, StoreUnavailableError
+
+
+class IncompatibleCollectionError(StoreError):
+    """The Qdrant collection (or embedded shard) was created with settings memcore cannot use.
+
+    For example a vector named ``dense`` with another distance than cosine, or a
+    dimension that differs from the vector space bound to the store. memcore never
+    rewrites such a collection: point the store at another collection or path.
+    """
+
+
+_UNAVAILABLE_STATUS = frozenset({502, 503, 504})
+
+
+@contextmanager
+def translated(action: str, where: str) -> Iterator[None]:
+    """Run an engine call, turning any client exception into a memcore error.
+
+    :param action: what was being done, for the message (``"search"``).
+    :param where: the store's location, for the message.
+    :raises StoreUnavailableError: when a server cannot be reached or is overloaded.
+    :raises StoreError: for anything else the engine refused.
+    """
+    try:
+        yield
+    except MemcoreError:
+        raise
+    except (httpx.TransportError, ResponseHandlingException, ConnectionError, TimeoutError) as exc:
+        raise StoreUnavailableError(
+            f"the Qdrant server at {where} cannot be reached ({action}: {_describe(exc)}); "
+            "check that it is running and that the URL and QDRANT_API_KEY are right"
+        ) from None
+    except UnexpectedResponse as exc:
+        if exc.status_code in _UNAVAILABLE_STATUS:
+            raise StoreUnavailableError(
+                f"the Qdrant server at {where} is unavailable ({action}: HTTP {exc.status_code})"
+            ) from None
+        raise StoreError(f"Qdrant at {where} refused to {action}: {_describe(exc)}") from None
+    except Exception as exc:
+        raise StoreError(f"Qdrant at {where} failed to {action}: {_describe(exc)}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -1,0 +1,312 @@
+"""Compilation of the portable filter language into Qdrant filter conditions.
+
+The compiler produces a small engine-neutral tree (:class:`Clause` and the
+``Match*``/:class:`Range`/:class:`HasId` leaves) that mirrors Qdrant's filter
+model one to one; :mod:`memcore_qdrant.edge_engine` and
+:mod:`memcore_qdrant.client_engine` render it into qdrant-edge-py or
+qdrant-client objects. Keeping the tree neutral lets the tests inspect exactly
+what reaches Qdrant, and lets both engines share one compiler.
+
+Semantics follow :func:`memcore.filters.evaluate` exactly, using the typed
+payload layout of :mod:`memcore_qdrant.payload`:
+
+* ``$eq`` on a string matches ``m_str`` or any element of ``m_list``; on an int,
+  ``m_int`` exactly or ``m_float`` by a one-point :class:`Range` (float equality);
+  on a float, the reverse; on a bool, the keyword in ``m_bool`` only.
+* ``$ne``/``$nin``/``$not`` are ``must_not``, so records lacking the field match;
+  ranges look at ``m_int`` and ``m_float`` only, so they never match a missing field.
+* ``$in: []`` is :data:`NOTHING` (an empty ``has_id``); a ``should`` is never empty,
+  since an empty ``should`` matches everything in Qdrant.
+* ``$exists`` matches the key in ``m_keys``, not Qdrant's ``IsEmpty``/``IsNull``: those
+  count an empty list as empty, while for the portable language ``[]`` is a value.
+
+Qdrant compares ranges in 64-bit floats. A range bound of magnitude 2**53 or
+more could compare wrongly with a large stored integer, so such filters raise
+:class:`NeedsExactEvaluation` and the store evaluates them exactly in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeAlias
+from uuid import UUID
+
+from memcore.errors import UnsupportedFilterError
+from memcore.filters import And, Comparison, Filter, Not, Or, Scalar
+from memcore.records import INT64_MAX, INT64_MIN
+from memcore.scope import Scope
+from memcore_qdrant import payload as fields
+
+EXACT_FLOAT_LIMIT = 2**53
+"""Range bounds at or beyond this magnitude are evaluated in Python, not by Qdrant."""
+
+
+@dataclass(frozen=True)
+class Match:
+    """``FieldCondition(key, match=MatchValue(value))``; on arrays, any element."""
+
+    key: str
+    value: str | int
+
+
+@dataclass(frozen=True)
+class MatchAny:
+    """``FieldCondition(key, match=MatchAny(values))``; never built with no values."""
+
+    key: str
+    values: tuple[str, ...] | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MatchExcept:
+    """``FieldCondition(key, match=MatchExcept(values))``; used on single-valued, always-present fields."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MatchSubstring:
+    """``FieldCondition(key, match=MatchSubstring(substring))``: byte-wise, case-sensitive."""
+
+    key: str
+    substring: str
+
+
+@dataclass(frozen=True)
+class Range:
+    """``FieldCondition(key, range=Range(...))``, compared as 64-bit floats."""
+
+    key: str
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+
+
+@dataclass(frozen=True)
+class HasId:
+    """``HasIdCondition(ids)``; with no ids it matches nothing."""
+
+    ids: tuple[UUID, ...]
+
+
+@dataclass(frozen=True)
+class ScopeIs:
+    """The record's scope has these field values (and any value for the fields not named).
+
+    Qdrant Edge renders it as one keyword match on ``scope_keys``; a server, as one match per
+    field, on the keyword indexes (``tenant`` with ``is_tenant``).
+    """
+
+    fields: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Clause:
+    """A Qdrant ``Filter``: all of ``must``, at least one of ``should``, none of ``must_not``."""
+
+    must: tuple[Condition, ...] = ()
+    should: tuple[Condition, ...] = ()
+    must_not: tuple[Condition, ...] = ()
+
+
+Condition: TypeAlias = Match | MatchAny | MatchExcept | MatchSubstring | Range | HasId | ScopeIs | Clause
+
+NOTHING: Condition = HasId(())
+"""A condition no point satisfies."""
+
+EVERYTHING: Condition = Clause(must_not=(NOTHING,))
+"""A condition every point satisfies."""
+
+
+class NeedsExactEvaluation(Exception):  # noqa: N818 - a signal between modules, never raised to callers
+    """The filter has a clause Qdrant cannot evaluate exactly; the store falls back to Python."""
+
+
+def all_of(conditions: Sequence[Condition]) -> Condition:
+    """Every condition holds (one condition stands for itself)."""
+    if not conditions:
+        return EVERYTHING
+    return conditions[0] if len(conditions) == 1 else Clause(must=tuple(conditions))
+
+
+def any_of(conditions: Sequence[Condition]) -> Condition:
+    """At least one condition holds; :data:`NOTHING` for none, never an empty ``should``."""
+    if not conditions:
+        return NOTHING
+    return conditions[0] if len(conditions) == 1 else Clause(should=tuple(conditions))
+
+
+def negate(condition: Condition) -> Condition:
+    """The condition does not hold."""
+    return Clause(must_not=(condition,))
+
+
+def scope_conditions(scope: Scope) -> list[Condition]:
+    """The scope's condition (none for :meth:`Scope.everything`)."""
+    pairs = tuple(scope.items())
+    return [ScopeIs(pairs)] if pairs else []
+
+
+def scoped(scope: Scope, *conditions: Condition | None) -> Clause:
+    """The filter of a read or delete: the scope as top-level ``must`` conditions, then the rest.
+
+    For :meth:`Scope.everything` with no conditions this is the empty clause, which matches every point.
+    """
+    return Clause(must=(*scope_conditions(scope), *(c for c in conditions if c is not None)))
+
+
+def compile_filter(node: Filter) -> Condition:
+    """Compile a parsed portable filter into a Qdrant condition.
+
+    :raises NeedsExactEvaluation: if a range bound is too large for exact float comparison.
+    """
+    if isinstance(node, And):
+        return all_of([compile_filter(clause) for clause in node.clauses])
+    if isinstance(node, Or):
+        return any_of([compile_filter(clause) for clause in node.clauses])
+    if isinstance(node, Not):
+        return negate(compile_filter(node.clause))
+    if node.field in (fields.ROLE, fields.KIND):
+        return _keyword_comparison(node)
+    if node.field == fields.CREATED_AT:
+        return _time_comparison(node)
+    return _metadata_comparison(node)
+
+
+def time_range(after: datetime | None, before: datetime | None) -> Condition | None:
+    """The exclusive ``created_at`` bounds of ``list(after=..., before=...)``."""
+    if after is None and before is None:
+        return None
+    return Range(
+        fields.CREATED_AT,
+        gt=None if after is None else float(fields.micros(after)),
+        lt=None if before is None else float(fields.micros(before)),
+    )
+
+
+def text_contains(text: str) -> Condition:
+    """Case-insensitive substring search, on the case-folded copy of the content."""
+    return MatchSubstring(fields.TEXT, text.casefold())
+
+
+def _unsupported(node: Comparison) -> UnsupportedFilterError:
+    # The parser never produces these; kept so that no clause can ever be dropped silently.
+    return UnsupportedFilterError(f"{node.field}: {node.op} is not supported by the Qdrant store")
+
+
+def _values(node: Comparison) -> tuple[Scalar, ...]:
+    assert isinstance(node.value, tuple)
+    return node.value
+
+
+def _keyword_comparison(node: Comparison) -> Condition:
+    key, op = node.field, node.op
+    if op == "$exists":
+        return EVERYTHING if node.value else NOTHING
+    if op in ("$eq", "$ne"):
+        assert isinstance(node.value, str)
+        match = Match(key, node.value)
+        return match if op == "$eq" else negate(match)
+    if op in ("$in", "$nin"):
+        values = tuple(str(v) for v in _values(node))
+        if op == "$in":
+            return MatchAny(key, values) if values else NOTHING
+        return MatchExcept(key, values) if values else EVERYTHING
+    raise _unsupported(node)
+
+
+def _time_comparison(node: Comparison) -> Condition:
+    key, op = fields.CREATED_AT, node.op
+    if op == "$exists":
+        return EVERYTHING if node.value else NOTHING
+    if op in ("$in", "$nin"):
+        stamps = tuple(fields.micros(v) for v in _values(node) if isinstance(v, datetime))
+        matched = MatchAny(key, stamps) if stamps else NOTHING
+        return matched if op == "$in" else negate(matched)
+    assert isinstance(node.value, datetime)
+    stamp = fields.micros(node.value)
+    if op == "$eq":
+        return Match(key, stamp)
+    if op == "$ne":
+        return negate(Match(key, stamp))
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        return Range(key, **{op[1:]: float(stamp)})
+    raise _unsupported(node)
+
+
+def _metadata_comparison(node: Comparison) -> Condition:
+    key, op = node.field.removeprefix("metadata."), node.op
+    if op == "$exists":
+        present = Match(fields.METADATA_KEYS, key)
+        return present if node.value else negate(present)
+    if op == "$contains":
+        assert isinstance(node.value, str)
+        return Match(fields.metadata_path(fields.LIST, key), node.value)
+    if op in ("$eq", "$ne"):
+        assert not isinstance(node.value, tuple | datetime)
+        equal = any_of(_equal(key, node.value))
+        return equal if op == "$eq" else negate(equal)
+    if op in ("$in", "$nin"):
+        member = any_of(_equal_any(key, _values(node)))
+        return member if op == "$in" else negate(member)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        bound = node.value
+        assert isinstance(bound, int | float) and not isinstance(bound, bool)
+        if abs(bound) >= EXACT_FLOAT_LIMIT:
+            raise NeedsExactEvaluation(node.field)
+        limit = {op[1:]: float(bound)}
+        return any_of(
+            [
+                Range(fields.metadata_path(fields.INT, key), **limit),
+                Range(fields.metadata_path(fields.FLOAT, key), **limit),
+            ]
+        )
+    raise _unsupported(node)
+
+
+def _equal(key: str, value: Scalar) -> list[Condition]:
+    """The conditions, any of which makes metadata ``key`` equal ``value``."""
+    if isinstance(value, bool):
+        return [Match(fields.metadata_path(fields.BOOL, key), fields.bool_keyword(value))]
+    if isinstance(value, str):
+        return [
+            Match(fields.metadata_path(fields.STR, key), value),
+            Match(fields.metadata_path(fields.LIST, key), value),
+        ]
+    if isinstance(value, int):
+        found: list[Condition] = [Match(fields.metadata_path(fields.INT, key), value)]
+        if float(value) == value:  # exact: Python compares int and float without rounding
+            found.append(_float_point(key, float(value)))
+        return found
+    assert isinstance(value, float)
+    found = [_float_point(key, value)]
+    if value.is_integer() and INT64_MIN <= value <= INT64_MAX:
+        found.append(Match(fields.metadata_path(fields.INT, key), int(value)))
+    return found
+
+
+def _float_point(key: str, value: float) -> Range:
+    return Range(fields.metadata_path(fields.FLOAT, key), gte=value, lte=value)
+
+
+def _equal_any(key: str, values: Sequence[Scalar]) -> list[Condition]:
+    """Like :func:`_equal` for ``$in``, with strings and ints merged into ``MatchAny``."""
+    strings = tuple(dict.fromkeys(v for v in values if isinstance(v, str)))
+    ints = tuple(dict.fromkeys(v for v in values if isinstance(v, int) and not isinstance(v, bool)))
+    found: list[Condition] = []
+    if strings:
+        found += [MatchAny(fields.metadata_path(fields.STR, key), strings)]
+        found += [MatchAny(fields.metadata_path(fields.LIST, key), strings)]
+    if ints:
+        found.append(MatchAny(fields.metadata_path(fields.INT, key), ints))
+        found += [_float_point(key, float(v)) for v in ints if float(v) == v]
+    # Bools and floats are deduplicated apart: True == 1.0 would merge them in one dict.
+    for value in dict.fromkeys(v for v in values if isinstance(v, bool)):
+        found += _equal(key, value)
+    for number in dict.fromkeys(v for v in values if isinstance(v, float)):
+        found += _equal(key, number)
+    return found

@@ -1,0 +1,284 @@
+"""The Qdrant stores: one implementation over an :class:`~memcore_qdrant.engine.Engine`.
+
+* :class:`QdrantStore` (``qdrant:///path``, ``qdrant://relative/path``): embedded, durable,
+  on Qdrant Edge;
+* :class:`QdrantMemoryStore` (``qdrant+memory://``): embedded, gone on close;
+* :class:`QdrantServerStore` (``qdrant+http(s)://host:port[/collection]``): a Qdrant server.
+
+They differ only in how they connect and in their capabilities. Every read and
+delete sends the scope as top-level ``must`` conditions (:func:`~memcore_qdrant.filters.scoped`);
+a delete by id is ``has_id AND scope``. Point ids are the record UUIDs. Text
+search is a case-insensitive substring match on a case-folded copy of the
+content, done by Qdrant (``MatchSubstring``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from datetime import datetime
+from typing import ClassVar, Self
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError
+from memcore.filters import Filter, evaluate
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
+from memcore.store import BaseStore, Capabilities, Order, VectorSpace
+from memcore.validation import Matrix
+from memcore_qdrant import payload as fields
+from memcore_qdrant.connections import (
+    DEFAULT_COLLECTION,
+    Connection,
+    connect_edge,
+    connect_local_client,
+    connect_memory,
+    connect_server,
+)
+from memcore_qdrant.engine import Point
+from memcore_qdrant.errors import translated
+from memcore_qdrant.filters import (
+    Clause,
+    Condition,
+    HasId,
+    Match,
+    NeedsExactEvaluation,
+    compile_filter,
+    scoped,
+    text_contains,
+    time_range,
+)
+
+
+def _order_key(record: MemoryRecord) -> tuple[datetime, int]:
+    return record.created_at, record.id.int
+
+
+def _records(points: builtins.list[Point]) -> builtins.list[MemoryRecord]:
+    return [fields.from_payload(p.payload) for p in points]
+
+
+class QdrantStore(BaseStore):
+    """memcore records as Qdrant points, searched by Qdrant.
+
+    Open one with :func:`memcore.open_store` or :meth:`from_url`; or pass a
+    :class:`~memcore_qdrant.connections.Connection` (for example
+    ``connect_edge(path)``). Safe to share between threads: calls are serialised
+    per engine, and every store object of this process on one embedded path
+    shares its engine. A second process on the same path gets
+    :class:`~memcore.errors.StoreLockedError`.
+    """
+
+    name: ClassVar[str] = "qdrant"
+    schemes: ClassVar[tuple[str, ...]] = ("qdrant",)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True)
+
+    def __init__(self, connection: Connection) -> None:
+        super().__init__()
+        self._connection = connection
+        self._engine = connection.engine
+        self._lock = connection.lock
+        self.location = connection.engine.location
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open ``qdrant:///absolute/path`` or ``qdrant://relative/path`` (``~`` expands)."""
+        location = url.removeprefix("qdrant://")
+        if location == url or not location:
+            raise InvalidInputError(f"expected qdrant:///path or qdrant://relative/path, got {url!r}")
+        return cls(connect_edge(os.path.expanduser(location)))
+
+    @classmethod
+    def open_local_client(cls, path: str | os.PathLike[str]) -> Self:
+        """Open ``path`` with qdrant-client's local mode instead of Qdrant Edge.
+
+        For comparisons only (``benchmarks/qdrant_embedded.py``): local mode
+        evaluates every filter in Python, point by point.
+        """
+        return cls(connect_local_client(path))
+
+    @property
+    def dimension(self) -> int | None:
+        return self._engine.dimension()
+
+    def _where(self, scope: Scope, node: Filter | None, *extra: Condition | None) -> Clause:
+        """The native filter of a read: scope, then ``extra``, then the compiled filter.
+
+        A filter Qdrant cannot evaluate exactly is evaluated here, over the
+        scope's points, and sent as the ``has_id`` of the records it matched.
+        """
+        if node is None:
+            return scoped(scope, *extra)
+        try:
+            condition = compile_filter(node)
+        except NeedsExactEvaluation:
+            candidates = self._engine.scroll(scoped(scope, *extra))
+            condition = HasId(
+                tuple(p.id for p in candidates if evaluate(node, fields.from_payload(p.payload)))
+            )
+        return scoped(scope, *extra, condition)
+
+    def _ordered(self, where: Clause, order: Order, limit: int) -> builtins.list[MemoryRecord]:
+        """The first ``limit`` records by (created_at, id): Qdrant orders by time, ties are settled here."""
+        first = self._engine.scroll(where, limit=limit, order=order)
+        points = {p.id: p for p in first}
+        if len(first) >= limit:
+            boundary = Match(fields.CREATED_AT, first[-1].payload[fields.CREATED_AT])
+            tied = Clause(must=(*where.must, boundary), should=where.should, must_not=where.must_not)
+            points.update((p.id, p) for p in self._engine.scroll(tied))
+        records = sorted(_records(list(points.values())), key=_order_key, reverse=order == "desc")
+        return records[:limit]
+
+    def _ensure_dimension(self, dimension: int) -> None:
+        current = self._engine.dimension()
+        if current is None:
+            space = self._engine.load_space()
+            if space is not None and space.dimension != dimension:
+                raise DimensionMismatchError(
+                    f"vector dimension {dimension} does not match the bound embedder's {space.dimension}"
+                )
+            self._engine.add_vectors(dimension)
+        elif current != dimension:
+            raise DimensionMismatchError(
+                f"vector dimension {dimension} does not match the store's dimension {current}"
+            )
+
+    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        with self._lock, translated("add records", self.location):
+            if vectors is not None:
+                self._ensure_dimension(vectors.shape[1])
+            existing = self._engine.scroll(Clause(must=(HasId(tuple(r.id for r in records)),)))
+            owners = {p.id: fields.scope_tuple(p.payload) for p in existing}
+            for record in records:
+                if owners.get(record.id, record.scope.as_tuple()) != record.scope.as_tuple():
+                    raise IdConflictError(
+                        f"record id {record.id} is already used by a record of another scope"
+                    )
+            points = [
+                Point(
+                    record.id, fields.to_payload(record), None if vectors is None else vectors[row].tolist()
+                )
+                for row, record in enumerate(records)
+            ]
+            self._engine.upsert(points)
+
+    def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
+        with self._lock, translated("get records", self.location):
+            return _records(self._engine.scroll(scoped(scope, HasId(tuple(ids)))))
+
+    def _list(
+        self,
+        scope: Scope,
+        node: Filter | None,
+        order: Order,
+        limit: int | None,
+        before: datetime | None,
+        after: datetime | None,
+    ) -> builtins.list[MemoryRecord]:
+        with self._lock, translated("list records", self.location):
+            where = self._where(scope, node, time_range(after, before))
+            if limit is not None:
+                return self._ordered(where, order, limit)
+            return sorted(_records(self._engine.scroll(where)), key=_order_key, reverse=order == "desc")
+
+    def _search(
+        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
+    ) -> builtins.list[ScoredRecord]:
+        with self._lock, translated("search", self.location):
+            where = self._where(scope, node, None if text is None else text_contains(text))
+            if query is None:
+                return [ScoredRecord(record=r, score=1.0) for r in self._ordered(where, "desc", limit)]
+            if self._engine.dimension() is None:
+                return []
+            hits = self._engine.query(query[0].tolist(), where, limit)
+            return [
+                ScoredRecord(record=fields.from_payload(h.payload), score=min(1.0, max(-1.0, h.score)))
+                for h in hits
+            ]
+
+    def _count(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock, translated("count records", self.location):
+            return self._engine.count(self._where(scope, node))
+
+    def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
+        with self._lock, translated("delete records", self.location):
+            return self._delete_matching(scoped(scope, HasId(tuple(ids))))
+
+    def _delete_where(self, scope: Scope, node: Filter | None) -> int:
+        with self._lock, translated("delete records", self.location):
+            return self._delete_matching(self._where(scope, node))
+
+    def _delete_matching(self, where: Clause) -> int:
+        found = self._engine.count(where)
+        if found:
+            self._engine.delete(where)
+        return found
+
+    def purge(self) -> None:
+        """Physically erase deleted records: the embedded shard is rebuilt from its live points.
+
+        On a server, Qdrant's optimizer vacuums deleted points on its own schedule.
+        """
+        super().purge()
+        with self._lock, translated("purge", self.location):
+            self._engine.purge()
+
+    def _load_vector_space(self) -> VectorSpace | None:
+        with self._lock:
+            return self._engine.load_space()
+
+    def _save_vector_space(self, space: VectorSpace) -> None:
+        with self._lock, translated("save the vector space", self.location):
+            if self._engine.dimension() not in (None, space.dimension):
+                raise DimensionMismatchError(
+                    f"the store holds {self._engine.dimension()}-dimensional vectors, not {space.dimension}"
+                )
+            self._engine.save_space(space)
+
+    def _close(self) -> None:
+        with translated("close", self.location):
+            self._connection.release()
+
+
+class QdrantMemoryStore(QdrantStore):
+    """``qdrant+memory://``: a Qdrant Edge shard in a temporary folder, deleted on close."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("qdrant+memory",)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False)
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open ``qdrant+memory://`` (nothing may follow the scheme)."""
+        if url.rstrip("/") not in ("qdrant+memory:", "qdrant+memory:/"):
+            raise InvalidInputError(
+                f"the in-memory Qdrant store's URL is just 'qdrant+memory://', got {url!r}"
+            )
+        return cls(connect_memory())
+
+
+class QdrantServerStore(QdrantStore):
+    """``qdrant+http(s)://host:port[/collection]``: a collection (default ``memcore``) on a Qdrant server.
+
+    The API key comes from ``$QDRANT_API_KEY``. Several processes may share the
+    collection; id-conflict checks and delete counts are then per call, not
+    transactions across clients.
+    """
+
+    schemes: ClassVar[tuple[str, ...]] = ("qdrant+http", "qdrant+https")
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open ``qdrant+http://host:port/collection`` (port default 6333, collection default ``memcore``)."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.removeprefix("qdrant+")
+        if scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise InvalidInputError(f"expected qdrant+http(s)://host:port[/collection], got {url!r}")
+        try:
+            port = parts.port or 6333
+        except ValueError:
+            raise InvalidInputError(f"invalid port in {url!r}") from None
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        collection = parts.path.strip("/") or DEFAULT_COLLECTION
+        return cls(connect_server(f"{scheme}://{host}:{port}", collection))

@@ -1,0 +1,163 @@
+"""The compiled filters themselves: scope first, no empty ``should``, exact fallbacks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from memcore_qdrant import QdrantStore, edge_engine
+from memcore_qdrant.client_engine import render_filter
+from memcore_qdrant.engine import Engine, Hit, Point
+from memcore_qdrant.filters import (
+    NOTHING,
+    Clause,
+    Condition,
+    HasId,
+    NeedsExactEvaluation,
+    ScopeIs,
+    compile_filter,
+    scoped,
+)
+from qdrant_client import models
+
+from memcore.filters import parse_filter
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+from memcore.testing.strategies import filters
+
+
+def _client_filters(item: Any) -> Iterator[models.Filter]:
+    if isinstance(item, models.Filter):
+        yield item
+        for part in (item.must, item.should, item.must_not):
+            for child in part or []:
+                yield from _client_filters(child)
+
+
+def _edge_filters(item: Any) -> Iterator[Any]:
+    if isinstance(item, edge_engine.edge.Filter):
+        yield item
+        for part in (item.must, item.should, item.must_not):
+            for child in part or []:
+                yield from _edge_filters(child)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=filters())
+def test_no_filter_ever_renders_an_empty_should(spec: dict[str, Any]) -> None:
+    try:
+        clause = scoped(Scope(tenant="acme"), compile_filter(parse_filter(spec)))  # type: ignore[arg-type]
+    except NeedsExactEvaluation:
+        return
+    for rendered in _client_filters(render_filter(clause)):
+        assert rendered.should is None or len(rendered.should) > 0
+    for rendered in _edge_filters(edge_engine.render_filter(clause)):
+        assert rendered.should is None or len(rendered.should) > 0
+
+
+def test_empty_in_matches_nothing_rather_than_an_empty_should() -> None:
+    assert compile_filter(parse_filter({"metadata.k": {"$in": []}})) == NOTHING  # type: ignore[arg-type]
+    assert compile_filter(parse_filter({"role": {"$in": []}})) == NOTHING  # type: ignore[arg-type]
+
+
+def test_scope_is_the_top_level_must() -> None:
+    scope = Scope(tenant="acme", user_id="alice", session_id="s1")
+    clause = scoped(scope, compile_filter(parse_filter({"$or": [{"role": "user"}, {"kind": "fact"}]})))
+    assert clause.must[0] == ScopeIs((("tenant", "acme"), ("user_id", "alice"), ("session_id", "s1")))
+    assert clause.should == () and clause.must_not == ()
+    on_server = render_filter(clause)
+    assert on_server.must is not None
+    assert on_server.must[:3] == [
+        models.FieldCondition(key=name, match=models.MatchValue(value=value))
+        for name, value in (("tenant", "acme"), ("user_id", "alice"), ("session_id", "s1"))
+    ]
+    embedded = edge_engine.render_filter(clause)
+    assert embedded.must is not None
+    assert embedded.must[0].key == "scope_keys"
+    assert embedded.must[0].match.value == "tenant=acme|user_id=alice|session_id=s1"
+
+
+def test_large_range_bounds_are_evaluated_exactly(tmp_path: Path) -> None:
+    scope = Scope(tenant="acme")
+    big = MemoryRecord(scope=scope, message=Message(role="user", content="big"), metadata={"n": 2**53 + 1})
+    edge = MemoryRecord(scope=scope, message=Message(role="user", content="edge"), metadata={"n": 2**53})
+    spec = {"metadata.n": {"$gt": 2**53}}
+    with pytest.raises(NeedsExactEvaluation):
+        compile_filter(parse_filter(spec))  # type: ignore[arg-type]
+    with QdrantStore.from_url(f"qdrant://{tmp_path / 'store'}") as store:
+        store.add([big, edge])
+        assert [r.id for r in store.list(scope, filter=spec)] == [big.id]
+        assert store.count(scope, filter=spec) == 1
+        assert store.count(Scope(tenant="other"), filter=spec) == 0
+        assert store.delete_where(scope, spec) == 1
+        assert [r.id for r in store.list(scope)] == [edge.id]
+
+
+class RecordingEngine:
+    """Wraps an engine and records the filter of every call."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.location = inner.location
+        self.filters: list[Clause] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def scroll(self, where: Clause, **options: Any) -> list[Point]:
+        self.filters.append(where)
+        return self.inner.scroll(where, **options)
+
+    def query(self, vector: Any, where: Clause, limit: int) -> list[Hit]:
+        self.filters.append(where)
+        return self.inner.query(vector, where, limit)
+
+    def count(self, where: Clause) -> int:
+        self.filters.append(where)
+        return self.inner.count(where)
+
+    def delete(self, where: Clause) -> None:
+        self.filters.append(where)
+        self.inner.delete(where)
+
+
+def test_every_read_and_delete_sends_the_scope_first(tmp_path: Path) -> None:
+    store = QdrantStore.from_url(f"qdrant://{tmp_path / 'store'}")
+    recorder = RecordingEngine(store._engine)
+    store._engine = recorder  # type: ignore[assignment]
+    try:
+        scope = Scope(tenant="acme", user_id="alice")
+        records = [MemoryRecord(scope=scope, message=Message(role="user", content=f"r{i}")) for i in range(3)]
+        store.add(records, [[1.0, float(i)] for i in range(3)])
+        recorder.filters.clear()
+        store.get(scope, [records[0].id])
+        store.list(scope, filter={"role": "user"}, limit=2, order="desc")
+        store.search(scope, vector=[1.0, 0.0], filter={"kind": "turn"})
+        store.search(scope, text="R1")
+        store.count(scope, filter={"metadata.x": {"$exists": False}})
+        store.delete(scope, [records[1].id])
+        store.delete_where(scope, {"role": "assistant"})
+        expected: tuple[Condition, ...] = (ScopeIs((("tenant", "acme"), ("user_id", "alice"))),)
+        assert len(recorder.filters) >= 8
+        for where in recorder.filters:
+            assert where.must[:1] == expected
+        deletes = [w for w in recorder.filters if any(isinstance(c, HasId) for c in w.must)]
+        assert Clause(must=(*expected, HasId((records[1].id,)))) in deletes
+    finally:
+        store.close()
+
+
+def test_ordered_reads_settle_ties_on_the_boundary(tmp_path: Path) -> None:
+    scope = Scope(tenant="acme")
+    first = MemoryRecord(scope=scope, message=Message(role="user", content="a"))
+    tied = [
+        first.model_copy(update={"id": MemoryRecord(scope=scope, message=first.message).id}) for _ in range(5)
+    ]
+    with QdrantStore.from_url(f"qdrant://{tmp_path / 'store'}") as store:
+        store.add(tied)
+        expected = sorted(tied, key=lambda r: r.id.int)
+        assert [r.id for r in store.list(scope, limit=2)] == [r.id for r in expected[:2]]
+        assert [r.id for r in store.list(scope, limit=2, order="desc")] == [r.id for r in expected[::-1][:2]]
