@@ -14,10 +14,10 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from memcore.cli import demo, plugins
+from memcore.cli import bench, demo, plugins
 from memcore.errors import MemcoreError
 
-COMMANDS = (demo, plugins)
+COMMANDS = (bench, demo, plugins)
 """The command modules, in the order ``memcore --help`` lists them."""
 
 

@@ -1,0 +1,104 @@
+"""``memcore bench`` outputs: results.json, a Markdown table, and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memcore.bench.dataset import SELECTIVITIES
+
+CASES = ("all", *(f"scope-{p}%" for p in SELECTIVITIES), *(f"filter-{p}%" for p in SELECTIVITIES))
+
+
+def write_json(results: dict[str, Any], folder: Path) -> Path:
+    """``results.json``: the machine, versions, command, and every figure."""
+    path = folder / "results.json"
+    path.write_text(json.dumps(results, indent=2))
+    return path
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """One row per store and size, and one per size for the numpy floor; latencies are p50 in ms.
+
+    ``x floor`` is the store's p50 over the floor's p50 for the scoped 10 % case,
+    measured in the same run: a ratio that holds across machines.
+    """
+    header = [
+        "store",
+        "records",
+        "insert/s",
+        *(f"{case} p50" for case in CASES),
+        "recall@10",
+        "delete p50",
+        "x floor (scope-10%)",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run in results["runs"]:
+        search, floor = run["search"], run["floor"]
+        ratio = search["scope-10%"]["p50_ms"] / max(floor["scope-10%"]["p50_ms"], 1e-6)
+        cells = [run["store"], str(run["size"]), str(run["insert_records_per_s"])]
+        cells += [f"{search[case]['p50_ms']:.2f}" for case in CASES]
+        cells += [f"{search['recall_at_10']:.3f}", f"{run['delete']['p50_ms']:.2f}", f"{ratio:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    for run in _one_run_per_size(results["runs"]):
+        cells = ["numpy floor", str(run["size"]), "-", *(f"{run['floor'][c]['p50_ms']:.2f}" for c in CASES)]
+        lines.append("| " + " | ".join([*cells, "1.000", "-", "1.00"]) + " |")
+    if results.get("many_tenants"):
+        lines += ["", "| store | tenants x records | scoped search p50 | p99 |", "|---|---|---|---|"]
+        for row in results["many_tenants"]:
+            size = f"{row['tenants']} x {row['records_per_tenant']}"
+            lines.append(f"| {row['store']} | {size} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _one_run_per_size(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[int, dict[str, Any]] = {}
+    for run in runs:
+        seen.setdefault(run["size"], run)
+    return list(seen.values())
+
+
+def write_plots(results: dict[str, Any], folder: Path) -> list[Path]:
+    """``latency.png`` (p50 against size, per store) and ``selectivity.png`` (p50 against selectivity)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    stores = sorted({run["store"] for run in runs})
+    paths = []
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for store in stores:
+        mine = sorted((run for run in runs if run["store"] == store), key=lambda run: run["size"])
+        axes.plot(
+            [r["size"] for r in mine], [r["search"]["scope-10%"]["p50_ms"] for r in mine], "o-", label=store
+        )
+    floors = _one_run_per_size(runs)
+    axes.plot(
+        [r["size"] for r in floors],
+        [r["floor"]["scope-10%"]["p50_ms"] for r in floors],
+        "k--",
+        label="numpy floor",
+    )
+    axes.set(xscale="log", yscale="log", xlabel="records", ylabel="scoped search (10 %) p50, ms")
+    axes.legend(fontsize=8)
+    paths.append(_save(figure, folder / "latency.png"))
+    largest = max(run["size"] for run in runs)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for store in stores:
+        run = next(r for r in runs if r["store"] == store and r["size"] == largest)
+        for kind, style in (("scope", "o-"), ("filter", "s:")):
+            values = [run["search"][f"{kind}-{p}%"]["p50_ms"] for p in SELECTIVITIES]
+            axes.plot(SELECTIVITIES, values, style, label=f"{store} ({kind})")
+    axes.set(xscale="log", xlabel="selectivity, % of records", ylabel=f"search p50 at {largest} records, ms")
+    axes.legend(fontsize=7)
+    paths.append(_save(figure, folder / "selectivity.png"))
+    return paths
+
+
+def _save(figure: Any, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return path

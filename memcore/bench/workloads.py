@@ -1,0 +1,175 @@
+"""The workloads ``memcore bench`` runs on each store, and the same queries on the floor.
+
+Names follow VectorDBBench where it has one: insert (load) throughput, search
+latency p50/p99 and QPS, filtered search at 1 %, 10 % and 50 % selectivity (here
+both by scope and by a metadata filter), recall@10 against exact search, and
+delete latency; plus a many-tenants workload (1,000 scopes of 100 records,
+every query scoped) as agent memory in a multi-user service looks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+
+from memcore.bench.dataset import (
+    SELECTIVITIES,
+    TENANT,
+    Dataset,
+    filter_rows,
+    record,
+    scope_rows,
+    selective_scope,
+)
+from memcore.bench.floor import ExactFloor
+from memcore.bench.timing import sample, summary
+from memcore.plugins import open_store
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+from memcore.store import Store
+
+BATCH = 1_000
+K = 10
+Progress = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def opened(url: str) -> Iterator[Store]:
+    """Open ``url`` with ``{tmp}`` replaced by a fresh temporary folder (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="memcore-bench-") as folder:
+        store = open_store(url.replace("{tmp}", folder + "/store"))
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def insert(store: Store, dataset: Dataset, progress: Progress) -> tuple[list[UUID], float]:
+    """Write every record with its vector in batches; return the ids by row and records per second."""
+    ids: list[UUID] = []
+    seconds = 0.0
+    for start in range(0, dataset.size, BATCH):
+        stop = min(start + BATCH, dataset.size)
+        records = [record(i) for i in range(start, stop)]
+        began = time.perf_counter()
+        store.add(records, dataset.vectors[start:stop])
+        seconds += time.perf_counter() - began
+        ids += [r.id for r in records]
+        progress(f"insert {stop}/{dataset.size}")
+    return ids, dataset.size / seconds
+
+
+def search_workloads(
+    store: Store, dataset: Dataset, ids: list[UUID], queries: int, progress: Progress
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Search latency (whole tenant, by scope, by filter) for the store and the floor, and recall@10."""
+    store_results: dict[str, Any] = {}
+    floor_results: dict[str, Any] = {}
+    cases: list[tuple[str, Callable[[int], Scope], dict[str, Any] | None, Callable[[int], Any]]] = [
+        ("all", lambda i: Scope(tenant=TENANT), None, lambda i: np.arange(dataset.size))
+    ]
+    for percent in SELECTIVITIES:
+        cases.append((f"scope-{percent}%", _scope_of(percent), None, _rows_of(percent, dataset.size)))
+        rows = filter_rows(percent, dataset.size)
+        cases.append(
+            (
+                f"filter-{percent}%",
+                lambda i: Scope(tenant=TENANT),
+                {"metadata.bucket": {"$lt": percent}},
+                _fixed(rows),
+            )
+        )
+    position = {record_id: row for row, record_id in enumerate(ids)}
+    for name, scope_for, spec, rows_for in cases:
+        floors = {i: ExactFloor(dataset.vectors, rows_for(i)) for i in range(min(queries, 4))}
+
+        def run_store(i: int, scope_for: Callable[[int], Scope] = scope_for, spec: Any = spec) -> Any:
+            query = dataset.queries[i % len(dataset.queries)]
+            return store.search(scope_for(i), vector=query, filter=spec, limit=K)
+
+        def run_floor(i: int, floors: dict[int, ExactFloor] = floors) -> Any:
+            return floors[i % len(floors)].top(dataset.queries[i % len(dataset.queries)], K)
+
+        store_results[name] = summary(sample(run_store, queries))
+        floor_results[name] = summary(sample(run_floor, queries))
+        if name == "all":
+            store_results["recall_at_10"] = _recall(run_store, run_floor, position, queries)
+        progress(f"search {name}")
+    return store_results, floor_results
+
+
+def _scope_of(percent: int) -> Callable[[int], Scope]:
+    return lambda i: selective_scope(percent, i)
+
+
+def _rows_of(percent: int, size: int) -> Callable[[int], Any]:
+    return lambda i: scope_rows(percent, i, size)
+
+
+def _fixed(rows: Any) -> Callable[[int], Any]:
+    return lambda i: rows
+
+
+def _recall(
+    run_store: Callable[[int], Any], run_floor: Callable[[int], Any], position: dict[UUID, int], queries: int
+) -> float:
+    found = 0
+    for i in range(queries):
+        expected = set(run_floor(i).tolist())
+        found += len({position[hit.record.id] for hit in run_store(i)} & expected)
+    return round(found / (queries * K), 4)
+
+
+def delete_latency(store: Store, ids: list[UUID], count: int) -> dict[str, float]:
+    """Latency of deleting single records by id (scoped to their owner's tenant)."""
+    victims = ids[:: max(1, len(ids) // count)][:count]
+    return summary(sample(lambda i: store.delete(Scope(tenant=TENANT), [victims[i]]), len(victims), warmup=0))
+
+
+def many_tenants(url: str, dim: int, tenants: int, per_tenant: int, queries: int) -> dict[str, Any]:
+    """Insert ``tenants`` scopes of ``per_tenant`` records, then time queries each scoped to one tenant."""
+    rng = np.random.default_rng(1)
+    with opened(url) as store:
+        for tenant in range(tenants):
+            scope = Scope(tenant=f"t{tenant}", user_id="u")
+            records = [
+                MemoryRecord(scope=scope, message=Message(role="user", content=f"{tenant}-{i}"))
+                for i in range(per_tenant)
+            ]
+            store.add(records, rng.standard_normal((per_tenant, dim)).astype(np.float32))
+        vectors = rng.standard_normal((queries, dim)).astype(np.float32)
+        picks = rng.integers(0, tenants, queries)
+        result = summary(
+            sample(lambda i: store.search(Scope(tenant=f"t{picks[i]}"), vector=vectors[i], limit=K), queries)
+        )
+    return {"tenants": tenants, "records_per_tenant": per_tenant, **result}
+
+
+def run_store(url: str, dataset: Dataset, queries: int, progress: Progress) -> dict[str, Any]:
+    """Every workload on the store ``url`` names, and the floor's figures for the same queries."""
+    rss_before = _rss_mb()
+    with opened(url) as store:
+        ids, rate = insert(store, dataset, progress)
+        searches, floor = search_workloads(store, dataset, ids, queries, progress)
+        deletes = delete_latency(store, ids, min(100, dataset.size))
+    return {
+        "store": url,
+        "size": dataset.size,
+        "dim": dataset.dim,
+        "insert_records_per_s": round(rate),
+        "search": searches,
+        "floor": floor,
+        "delete": deletes,
+        "peak_rss_growth_mb": round(_rss_mb() - rss_before, 1),
+    }

@@ -1,0 +1,119 @@
+"""``memcore bench``: backends side by side on the same data, with the exact numpy floor."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
+from memcore.bench.report import markdown_table, write_json, write_plots
+from memcore.bench.workloads import many_tenants, run_store
+from memcore.errors import InvalidInputError
+from memcore.plugins import store_classes
+
+EMBEDDED_FORMS = {
+    "memory": "memory://",
+    "jsonl": "jsonl://{tmp}",
+    "qdrant": "qdrant://{tmp}",
+    "chroma": "chroma://{tmp}",
+}
+"""The embedded form of each store benchmarked by default, when its plugin is installed."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``bench`` command to the ``memcore`` parser."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark stores side by side against the exact-search floor",
+        description="Insert, search (whole tenant, by scope and by filter at 1/10/50 %% selectivity), "
+        "recall@10 and delete on each store, the same queries on an exact numpy floor, and a "
+        "many-tenants workload. Writes results.json, results.md and PNG plots to --out.",
+    )
+    parser.add_argument(
+        "--stores",
+        help="comma-separated store URLs; {tmp} becomes a fresh folder "
+        "(default: every installed store in its embedded form)",
+    )
+    parser.add_argument("--sizes", default="10000,100000", help="comma-separated record counts")
+    parser.add_argument("--dim", type=int, default=384, help="vector dimension for random data")
+    parser.add_argument("--data", default="random", help="'random' or a .npy file of embeddings")
+    parser.add_argument("--queries", type=int, default=200, help="queries per workload")
+    parser.add_argument("--out", default="bench-results", help="folder for the outputs")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few queries: a smoke run")
+    parser.set_defaults(run=run)
+
+
+def default_stores() -> list[str]:
+    """The embedded form of every installed store scheme that has one."""
+    installed = store_classes()
+    return [url for scheme, url in EMBEDDED_FORMS.items() if scheme in installed]
+
+
+def _dataset(args: argparse.Namespace, size: int, queries: int) -> Dataset:
+    if args.data == "random":
+        return random_dataset(size, args.dim, queries)
+    path = Path(args.data)
+    if path.suffix != ".npy":
+        raise InvalidInputError(f"--data takes 'random' or a .npy file, got {args.data!r}")
+    return npy_dataset(path, size, queries)
+
+
+def _progress(label: str) -> Any:
+    def report(step: str) -> None:
+        if sys.stderr.isatty():
+            print(f"\r{label}: {step:<40}", end="", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _machine() -> dict[str, Any]:
+    versions = {}
+    for name in ("memcore", "numpy", "qdrant-edge-py", "qdrant-client", "chromadb"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+        "command": " ".join(["memcore", *sys.argv[1:]]),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every workload on every store and size; print the table and write the outputs."""
+    sizes = [1_000, 5_000] if args.quick else [int(size) for size in args.sizes.split(",")]
+    queries = 30 if args.quick else args.queries
+    stores = args.stores.split(",") if args.stores else default_stores()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "machine": _machine(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "runs": [],
+    }
+    for size in sizes:
+        dataset = _dataset(args, size, queries)
+        for url in stores:
+            results["runs"].append(run_store(url, dataset, queries, _progress(f"{url} {size}")))
+    tenants, per_tenant = (100, 20) if args.quick else (1_000, 100)
+    results["many_tenants"] = [
+        {"store": url, **many_tenants(url, args.dim, tenants, per_tenant, queries)} for url in stores
+    ]
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    write_json(results, out)
+    table = markdown_table(results)
+    (out / "results.md").write_text(table)
+    write_plots(results, out)
+    print(table)
+    print(f"outputs in {out}/: results.json, results.md, latency.png, selectivity.png")
+    return 0
