@@ -22,6 +22,8 @@ def test_quick_bench_writes_json_markdown_and_plots(tmp_path: Path, capsys: obje
         for case in ("all", "scope-1%", "scope-10%", "scope-50%", "filter-1%", "filter-10%", "filter-50%"):
             assert run["search"][case]["p50_ms"] > 0 and run["floor"][case]["p50_ms"] > 0
     assert len(results["many_tenants"]) == 2
+    for loop in results["agent_loop"]:
+        assert loop["turns"] == 400 and loop["turns_per_s"] > 0 and loop["get_context"]["p50_ms"] > 0
     assert results["machine"]["command"].startswith("memcore")
     table = (out / "results.md").read_text()
     assert "numpy floor" in table and "| memory:// | 5000 |" in table

@@ -49,6 +49,18 @@ def markdown_table(results: dict[str, Any]) -> str:
         for row in results["many_tenants"]:
             size = f"{row['tenants']} x {row['records_per_tenant']}"
             lines.append(f"| {row['store']} | {size} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |")
+    if results.get("agent_loop"):
+        lines += [
+            "",
+            "| store | turns | turns/s | reference turns/s | write ratio | get_context p50 | p99 |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in results["agent_loop"]:
+            context = row["get_context"]
+            lines.append(
+                f"| {row['store']} | {row['turns']} | {row['turns_per_s']} | {row['reference_turns_per_s']} "
+                f"| {row['write_ratio']:.2f} | {context['p50_ms']:.2f} | {context['p99_ms']:.2f} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memcore.bench.agent_loop import run_agent_loop
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
 from memcore.bench.report import markdown_table, write_json, write_plots
 from memcore.bench.workloads import many_tenants, run_store
 from memcore.errors import InvalidInputError
-from memcore.plugins import store_classes
+from memcore.plugins import open_embedder, store_classes
 
 EMBEDDED_FORMS = {
     "memory": "memory://",
@@ -45,6 +46,18 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--data", default="random", help="'random' or a .npy file of embeddings")
     parser.add_argument("--queries", type=int, default=200, help="queries per workload")
     parser.add_argument("--out", default="bench-results", help="folder for the outputs")
+    parser.add_argument(
+        "--agent-loop",
+        type=int,
+        default=10_000,
+        metavar="TURNS",
+        help="turns of the agent-loop workload (0: skip it)",
+    )
+    parser.add_argument(
+        "--embedder",
+        default="sentence-transformers/all-MiniLM-L6-v2",
+        help="embedder of the agent-loop workload",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes and few queries: a smoke run")
     parser.set_defaults(run=run)
 
@@ -108,6 +121,11 @@ def run(args: argparse.Namespace) -> int:
     results["many_tenants"] = [
         {"store": url, **many_tenants(url, args.dim, tenants, per_tenant, queries)} for url in stores
     ]
+    turns = min(args.agent_loop, 400) if args.quick else args.agent_loop
+    if turns:
+        embedder = open_embedder(args.embedder)
+        questions = 20 if args.quick else 200
+        results["agent_loop"] = [run_agent_loop(url, embedder, turns, questions) for url in stores]
     if sys.stderr.isatty():
         print(file=sys.stderr)
     write_json(results, out)
