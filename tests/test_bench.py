@@ -29,3 +29,50 @@ def test_quick_bench_writes_json_markdown_and_plots(tmp_path: Path, capsys: obje
     assert "numpy floor" in table and "| memory:// | 5000 |" in table
     for plot in ("latency.png", "selectivity.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_locomo_recall_on_a_small_conversation(tmp_path: Path) -> None:
+    turns = [
+        {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat called Mochi last week."},
+        {
+            "speaker": "Bob",
+            "dia_id": "D1:2",
+            "text": "Lovely, what colour is she?",
+            "blip_caption": "a grey kitten",
+        },
+        {"speaker": "Ann", "dia_id": "D2:1", "text": "I started learning the violin in March."},
+        {"speaker": "Bob", "dia_id": "D2:2", "text": "My brother plays the cello in an orchestra."},
+    ]
+    data = [
+        {
+            "sample_id": "conv-x",
+            "conversation": {
+                "speaker_a": "Ann",
+                "speaker_b": "Bob",
+                "session_1": turns[:2],
+                "session_2": turns[2:],
+            },
+            "qa": [
+                {"question": "What is the name of Ann's cat Mochi?", "evidence": ["D1:1"], "category": 4},
+                {
+                    "question": "Which instrument is Ann learning, the violin?",
+                    "evidence": ["D:2:01"],
+                    "category": 2,
+                },
+                {"question": "Who plays in an orchestra?", "evidence": ["D2:2; D9:9"], "category": 1},
+                {"question": "No evidence here", "evidence": [], "category": 3},
+            ],
+        }
+    ]
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert main(["bench", "--data", str(path), "--embedder", "hash", "--out", str(out)]) == 0
+    locomo = json.loads((out / "results.json").read_text())["locomo"]
+    assert locomo["questions"] == 3
+    assert locomo["evidence_repaired"] == 1 and locomo["evidence_dropped"] == 1
+    assert locomo["recall"]["overall"]["recall@10"] == 1.0, (
+        "every turn is in the top 10 of a 4-turn conversation"
+    )
+    assert 0 < locomo["recall"]["overall"]["recall@1"] <= 1.0
+    assert "| overall |" in (out / "results.md").read_text()

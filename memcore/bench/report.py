@@ -114,3 +114,21 @@ def _save(figure: Any, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     return path
+
+
+def locomo_table(locomo: dict[str, Any]) -> str:
+    """Recall@1/5/10 per LoCoMo category and overall, as a Markdown table."""
+    lines = [
+        f"LoCoMo turn-level recall, {locomo['questions']} questions, embedder {locomo['embedder']}, "
+        f"recall p50 {locomo['recall_p50_ms']} ms (including the query's embedding); evidence ids repaired "
+        f"{locomo['evidence_repaired']}, dropped {locomo['evidence_dropped']}",
+        "",
+        "| category | recall@1 | recall@5 | recall@10 |",
+        "|---|---|---|---|",
+    ]
+    order = ["multi-hop", "temporal", "open-domain", "single-hop", "adversarial", "overall"]
+    for name, row in sorted(
+        locomo["recall"].items(), key=lambda item: order.index(item[0]) if item[0] in order else 0
+    ):
+        lines.append(f"| {name} | {row['recall@1']:.3f} | {row['recall@5']:.3f} | {row['recall@10']:.3f} |")
+    return "\n".join(lines) + "\n"

@@ -13,7 +13,8 @@ from typing import Any
 
 from memcore.bench.agent_loop import run_agent_loop
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
-from memcore.bench.report import markdown_table, write_json, write_plots
+from memcore.bench.locomo import run_locomo
+from memcore.bench.report import locomo_table, markdown_table, write_json, write_plots
 from memcore.bench.workloads import many_tenants, run_store
 from memcore.errors import InvalidInputError
 from memcore.plugins import open_embedder, store_classes
@@ -43,7 +44,11 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated record counts")
     parser.add_argument("--dim", type=int, default=384, help="vector dimension for random data")
-    parser.add_argument("--data", default="random", help="'random' or a .npy file of embeddings")
+    parser.add_argument(
+        "--data",
+        default="random",
+        help="'random', a .npy file of embeddings, or a LoCoMo .json (recall quality)",
+    )
     parser.add_argument("--queries", type=int, default=200, help="queries per workload")
     parser.add_argument("--out", default="bench-results", help="folder for the outputs")
     parser.add_argument(
@@ -73,7 +78,7 @@ def _dataset(args: argparse.Namespace, size: int, queries: int) -> Dataset:
         return random_dataset(size, args.dim, queries)
     path = Path(args.data)
     if path.suffix != ".npy":
-        raise InvalidInputError(f"--data takes 'random' or a .npy file, got {args.data!r}")
+        raise InvalidInputError(f"--data takes 'random', a .npy or a LoCoMo .json file, got {args.data!r}")
     return npy_dataset(path, size, queries)
 
 
@@ -102,7 +107,8 @@ def _machine() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run every workload on every store and size; print the table and write the outputs."""
+    """Run every workload on every store and size (or, with a LoCoMo ``--data``, the recall benchmark);
+    print the table and write the outputs."""
     sizes = [1_000, 5_000] if args.quick else [int(size) for size in args.sizes.split(",")]
     queries = 30 if args.quick else args.queries
     stores = args.stores.split(",") if args.stores else default_stores()
@@ -113,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "runs": [],
     }
+    if args.data.endswith(".json"):
+        results["locomo"] = run_locomo(Path(args.data), open_embedder(args.embedder))
+        write_json(results, out)
+        table = locomo_table(results["locomo"])
+        (out / "results.md").write_text(table)
+        print(table)
+        return 0
     for size in sizes:
         dataset = _dataset(args, size, queries)
         for url in stores:
