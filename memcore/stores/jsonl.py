@@ -24,8 +24,6 @@ records is compacted automatically once it holds over 1,000 dead lines.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -45,9 +43,9 @@ from memcore.errors import (
     MemcoreError,
     StoreCorruptedError,
     StoreError,
-    StoreLockedError,
 )
 from memcore.filters import Filter
+from memcore.locking import lock_path
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
@@ -117,7 +115,11 @@ class JsonlStore(BaseStore):
             if not self.path.exists():
                 self.path.mkdir(mode=jsonl_log.DIR_MODE, parents=True)
                 jsonl_log.fsync_dir(self.path.parent)
-            self._lock_fd = self._acquire_lock()
+            self._lock_fd = lock_path(
+                self.path / ".lock",
+                what=f"the jsonl store at {self.path}",
+                advice="close the other store object or process first",
+            )
         except OSError as exc:
             raise StoreError(f"cannot open the jsonl store at {self.path}: {exc}") from None
         try:
@@ -144,23 +146,6 @@ class JsonlStore(BaseStore):
         return self._index.dimension
 
     # -- opening -----------------------------------------------------------------
-
-    def _acquire_lock(self) -> int:
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, jsonl_log.FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise StoreLockedError(
-                    f"the jsonl store at {self.path} is already open (process {holder}); "
-                    "close the other store object or process first"
-                ) from None
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        return fd
 
     def _open_meta(self, dimension: int | None) -> int | None:
         meta_path = self.path / "meta.json"
