@@ -4,6 +4,13 @@
 ``chroma+http(s)://host:port`` (a server); see :mod:`memcore_chroma.urls`.
 """
 
+from memcore_chroma.errors import ExclusiveMaintenanceError
 from memcore_chroma.store import ChromaHttpStore, ChromaMemoryStore, ChromaStore, ChromaStoreBase
 
-__all__ = ["ChromaHttpStore", "ChromaMemoryStore", "ChromaStore", "ChromaStoreBase"]
+__all__ = [
+    "ChromaHttpStore",
+    "ChromaMemoryStore",
+    "ChromaStore",
+    "ChromaStoreBase",
+    "ExclusiveMaintenanceError",
+]

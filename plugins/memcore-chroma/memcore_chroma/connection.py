@@ -7,6 +7,12 @@ takes an exclusive ``flock`` on ``<path>/memcore.lock`` and creates the one
 (with its write lock), and the last one to close releases both. A second process
 gets :class:`~memcore.errors.StoreLockedError`; the operating system releases
 the lock of a killed process.
+
+Chroma's Rust core opens the SQLite file with its own SQLite library, whose
+locks do not exclude Python's ``sqlite3``. So every call into a client holds
+its :class:`ReadWriteLock` shared, and ``purge()`` holds it exclusive while it
+closes the client, runs ``VACUUM`` and reopens the client
+(:meth:`Connection.restart`); stores then fetch their collection handles anew.
 """
 
 from __future__ import annotations
@@ -15,13 +21,15 @@ import errno
 import fcntl
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import chromadb
 from chromadb.api import ClientAPI
 from chromadb.config import Settings
+from chromadb.errors import NotFoundError
 
 from memcore.errors import StoreError, StoreLockedError
 from memcore_chroma.errors import translated
@@ -34,29 +42,160 @@ def client_settings() -> Settings:
     return Settings(anonymized_telemetry=False)
 
 
-@dataclass
-class Connection:
-    """A Chroma client and what the stores using it share.
+class ReadWriteLock:
+    """Many holders of :meth:`shared` access, or one of :meth:`exclusive` access.
 
-    :param client: the chromadb client.
+    Shared access is re-entrant per thread, and free for the thread holding
+    exclusive access. A waiting exclusive request keeps new threads from
+    taking shared access, so that it is not starved.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer: int | None = None
+        self._writer_depth = 0
+        self._writers_waiting = 0
+        self._local = threading.local()
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Hold shared access for the block."""
+        me = threading.get_ident()
+        depth: int = getattr(self._local, "depth", 0)
+        if self._writer == me:
+            yield
+            return
+        with self._condition:
+            if not depth:
+                while self._writer is not None or self._writers_waiting:
+                    self._condition.wait()
+            self._readers += 1
+        self._local.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+            with self._condition:
+                self._readers -= 1
+                if not self._readers:
+                    self._condition.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold exclusive access for the block (not from inside :meth:`shared`)."""
+        me = threading.get_ident()
+        if getattr(self._local, "depth", 0):
+            raise RuntimeError("exclusive access requested while holding shared access")
+        with self._condition:
+            if self._writer != me:
+                self._writers_waiting += 1
+                try:
+                    while self._writer is not None or self._readers:
+                        self._condition.wait()
+                finally:
+                    self._writers_waiting -= 1
+                self._writer = me
+            self._writer_depth += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writer_depth -= 1
+                if not self._writer_depth:
+                    self._writer = None
+                    self._condition.notify_all()
+
+
+@dataclass(eq=False)
+class SharedClient:
+    """One chromadb client and the locks of everything that uses it.
+
+    :param client: the chromadb client (replaced by :meth:`Connection.restart`).
+    :param reopen: makes a new client after :meth:`Connection.restart` closed this one
+        (embedded clients only).
     :param write_lock: serialises this process's writes through the client
-        (id-conflict checks, rebuilds, purges).
+        (id-conflict checks, metadata, rebuilds, purges).
+    :param access: every call into the client holds it shared; closing the client
+        (and running SQLite ``VACUUM`` beside it) holds it exclusive.
+    :param generation: bumped whenever collection handles must be fetched anew
+        (the client was reopened, or a collection was swapped for a rebuilt copy).
+    """
+
+    client: ClientAPI
+    reopen: Callable[[], ClientAPI] | None = None
+    write_lock: threading.RLock = field(default_factory=threading.RLock)
+    access: ReadWriteLock = field(default_factory=ReadWriteLock)
+    generation: int = 0
+
+
+@dataclass(eq=False)
+class Connection:
+    """A store's share of a Chroma client.
+
+    :param shared: the client and its locks, shared by the stores of one embedded path.
     :param persist_path: the embedded persist directory, ``None`` for a server or memory.
     :param release: called once by the store that closes this connection.
     """
 
-    client: ClientAPI
-    write_lock: threading.RLock
+    shared: SharedClient
     persist_path: Path | None
     release: Callable[[], None]
 
+    @property
+    def client(self) -> ClientAPI:
+        """The current chromadb client (call it while holding :meth:`reading`)."""
+        return self.shared.client
 
-@dataclass
+    @property
+    def write_lock(self) -> threading.RLock:
+        """Serialises this process's writes through the client."""
+        return self.shared.write_lock
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever collection handles taken before are stale."""
+        return self.shared.generation
+
+    def reading(self) -> AbstractContextManager[None]:
+        """Shared access: hold it around every call into the client."""
+        return self.shared.access.shared()
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Exclusive access: no other thread is inside the client (take the write lock first)."""
+        return self.shared.access.exclusive()
+
+    def handles_changed(self) -> None:
+        """Make every store on this client fetch its collection handle anew."""
+        self.shared.generation += 1
+
+    def restart(self, while_closed: Callable[[], None]) -> None:
+        """Close the client, run ``while_closed``, and open a new client (holding :meth:`exclusive`).
+
+        Closing the embedded client releases Chroma's own SQLite connections,
+        so that ``while_closed`` may use the file alone. The client is reopened
+        even when ``while_closed`` fails.
+
+        :raises StoreError: if the client cannot be closed or reopened.
+        """
+        reopen = self.shared.reopen
+        if reopen is None:
+            while_closed()
+            return
+        close_client(self.shared.client)
+        try:
+            while_closed()
+        finally:
+            self.shared.generation += 1
+            with translated("reopening the Chroma client"):
+                self.shared.client = reopen()
+
+
+@dataclass(eq=False)
 class _SharedPath:
-    client: ClientAPI
+    shared: SharedClient
     lock_fd: int
     users: int = 0
-    write_lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 _shared: dict[Path, _SharedPath] = {}
@@ -81,6 +220,11 @@ def _take_file_lock(path: Path) -> int:
     return fd
 
 
+def _persistent_client(path: Path) -> ClientAPI:
+    with translated(f"opening the Chroma store at {path}"):
+        return chromadb.PersistentClient(path=str(path), settings=client_settings())
+
+
 def persistent(path: Path) -> Connection:
     """The connection to the embedded store at ``path``, shared within this process.
 
@@ -89,35 +233,36 @@ def persistent(path: Path) -> Connection:
     """
     path = path.expanduser().resolve()
     with _shared_lock:
-        shared = _shared.get(path)
-        if shared is None:
+        entry = _shared.get(path)
+        if entry is None:
             try:
                 path.mkdir(mode=0o700, parents=True, exist_ok=True)
                 lock_fd = _take_file_lock(path)
             except OSError as exc:
                 raise StoreError(f"cannot open the Chroma store at {path}: {exc}") from None
             try:
-                with translated(f"opening the Chroma store at {path}"):
-                    client = chromadb.PersistentClient(path=str(path), settings=client_settings())
+                client = _persistent_client(path)
             except BaseException:
                 os.close(lock_fd)
                 raise
-            shared = _shared[path] = _SharedPath(client, lock_fd)
-        shared.users += 1
-    return Connection(shared.client, shared.write_lock, path, lambda: _release(path))
+            shared = SharedClient(client, reopen=lambda: _persistent_client(path))
+            entry = _shared[path] = _SharedPath(shared, lock_fd)
+        entry.users += 1
+    return Connection(entry.shared, path, lambda: _release(path))
 
 
 def _release(path: Path) -> None:
     with _shared_lock:
-        shared = _shared[path]
-        shared.users -= 1
-        if shared.users:
+        entry = _shared[path]
+        entry.users -= 1
+        if entry.users:
             return
         del _shared[path]
     try:
-        close_client(shared.client)
+        with entry.shared.write_lock, entry.shared.access.exclusive():
+            close_client(entry.shared.client)
     finally:
-        os.close(shared.lock_fd)
+        os.close(entry.lock_fd)
 
 
 def close_client(client: ClientAPI) -> None:
@@ -130,16 +275,27 @@ def ephemeral() -> Connection:
     """A connection to an in-memory Chroma (which chromadb shares within the process)."""
     with translated("starting an in-memory Chroma"):
         client = chromadb.EphemeralClient(settings=client_settings())
-    return Connection(client, threading.RLock(), None, lambda: close_client(client))
+    return Connection(SharedClient(client), None, lambda: close_client(client))
 
 
 def http(host: str, port: int, ssl: bool, tenant: str, database: str) -> Connection:
     """A connection to a Chroma server.
 
     :raises StoreUnavailableError: if the server cannot be reached.
+    :raises StoreError: if the server has no such tenant or database.
     """
-    with translated(f"connecting to the Chroma server at {host}:{port}"):
-        client = chromadb.HttpClient(
-            host=host, port=port, ssl=ssl, tenant=tenant, database=database, settings=client_settings()
-        )
-    return Connection(client, threading.RLock(), None, lambda: close_client(client))
+    action = f"connecting to the Chroma server at {host}:{port}"
+    try:
+        with translated(action):
+            client = chromadb.HttpClient(
+                host=host, port=port, ssl=ssl, tenant=tenant, database=database, settings=client_settings()
+            )
+    except StoreError as exc:
+        if isinstance(exc.__cause__, NotFoundError):
+            raise StoreError(
+                f"the Chroma server at {host}:{port} has no tenant {tenant!r} with a database "
+                f"{database!r} ({exc.__cause__}); check ?tenant= and ?database=, or create them "
+                "on the server first"
+            ) from exc.__cause__
+        raise
+    return Connection(SharedClient(client), None, lambda: close_client(client))

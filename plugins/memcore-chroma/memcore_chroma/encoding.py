@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from memcore.errors import StoreCorruptedError
 from memcore.records import MemoryRecord
-from memcore.scope import Scope
+from memcore.scope import SCOPE_FIELDS, Scope
 
 Where = dict[str, Any]
 """A Chroma ``where`` document."""
@@ -114,6 +114,11 @@ def decode(record_id: str, document: str | None) -> MemoryRecord:
     return record
 
 
+def decode_found(found: Any) -> list[MemoryRecord]:
+    """The records of a Chroma ``get`` result that included ``documents``."""
+    return [decode(i, d) for i, d in zip(found["ids"], found["documents"] or [], strict=True)]
+
+
 def scope_clauses(scope: Scope) -> list[Where]:
     """One equality per set scope field (none for :meth:`Scope.everything`)."""
     return [{f"{SCOPE_PREFIX}{name}": value} for name, value in scope.items()]
@@ -122,9 +127,7 @@ def scope_clauses(scope: Scope) -> list[Where]:
 def stored_scope(metadata: dict[str, Any] | None) -> tuple[str | None, ...]:
     """The scope tuple recorded in an entry's flat metadata."""
     metadata = metadata or {}
-    return tuple(
-        metadata.get(f"{SCOPE_PREFIX}{name}") for name in ("tenant", "user_id", "agent_id", "session_id")
-    )
+    return tuple(metadata.get(f"{SCOPE_PREFIX}{name}") for name in SCOPE_FIELDS)
 
 
 def all_of(clauses: list[Where]) -> Where | None:

@@ -20,6 +20,16 @@ from memcore.errors import DimensionMismatchError, MemcoreError, StoreError, Sto
 _UNREACHABLE_MESSAGES = ("could not connect", "connection refused", "connection reset")
 
 
+class ExclusiveMaintenanceError(StoreError):
+    """The operation rebuilds the collection, which is only safe while no other client uses it.
+
+    On a Chroma server, other processes may write to the collection at any
+    time; a rebuild (copy, drop, rename) would lose what they write meanwhile.
+    Run :meth:`memcore_chroma.ChromaHttpStore.rebuild_exclusively` during
+    maintenance, while no other client uses the collection.
+    """
+
+
 def _unavailable(exc: BaseException) -> bool:
     if isinstance(exc, httpx.TransportError | ConnectionError):
         return True
@@ -40,6 +50,11 @@ def translate(exc: Exception, action: str) -> MemcoreError:
         )
     if isinstance(exc, InvalidArgumentError) and "dimension" in str(exc).lower():
         return DimensionMismatchError(f"Chroma refused a vector while {action}: {exc}")
+    if isinstance(exc, NotFoundError) and any(word in str(exc).lower() for word in ("tenant", "database")):
+        return StoreError(
+            f"the Chroma server has no such tenant or database while {action} ({exc}); "
+            "check ?tenant= and ?database="
+        )
     if isinstance(exc, NotFoundError):
         return StoreError(f"the Chroma collection disappeared while {action} ({exc}); reopen the store")
     return StoreError(f"Chroma failed while {action}: {type(exc).__name__}: {exc}")

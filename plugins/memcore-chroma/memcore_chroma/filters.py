@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memcore.errors import FilterError
-from memcore.filters import And, Comparison, Filter, Not, Or, Scalar
+from memcore.filters import And, Comparison, Filter, Not, Or, Scalar, evaluate
+from memcore.records import MemoryRecord
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
     TYPE_NUM,
@@ -69,10 +70,13 @@ class CompiledFilter:
     exact: bool = True
     nothing: bool = False
 
+    def admits(self, node: Filter | None, record: MemoryRecord) -> bool:
+        """Whether ``record``, selected by :attr:`where`, matches ``node`` (what this was compiled from)."""
+        return self.exact or evaluate(node, record)
+
 
 ANYTHING = CompiledFilter(None)
 NOTHING = CompiledFilter(None, nothing=True)
-ANYTHING_INEXACT = CompiledFilter(None, exact=False)
 
 
 def compile_filter(node: Filter | None) -> CompiledFilter:

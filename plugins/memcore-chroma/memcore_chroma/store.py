@@ -21,16 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 from uuid import UUID, uuid4
 
 import numpy as np
-from chromadb.api.collection_configuration import CreateCollectionConfiguration
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import NotFoundError
 
-from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError, StoreCorruptedError
-from memcore.filters import Filter, evaluate
+from memcore.errors import DimensionMismatchError, EmbedderMismatchError, IdConflictError, InvalidInputError
+from memcore.filters import Filter
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace, text_matches
@@ -43,6 +42,7 @@ from memcore_chroma.encoding import (
     Where,
     all_of,
     decode,
+    decode_found,
     encode,
     epoch_micros,
     flat_metadata,
@@ -50,43 +50,38 @@ from memcore_chroma.encoding import (
     scope_clauses,
     stored_scope,
 )
-from memcore_chroma.errors import translated
+from memcore_chroma.errors import ExclusiveMaintenanceError, translated
 from memcore_chroma.filters import CompiledFilter, compile_filter
+from memcore_chroma.opening import (
+    COSINE,
+    DEFAULT_COLLECTION,
+    META_DIMENSION,
+    META_EMBEDDER,
+    META_INDEX_DIMENSION,
+    REBUILD_SUFFIX,
+    Meta,
+    check_collection_name,
+    checked_metadata,
+    find,
+    int_value,
+    open_collection,
+    settled,
+)
 
-FORMAT = "memcore-chroma/1"
-META_FORMAT = "memcore.format"
-META_DIMENSION = "memcore.dimension"
-META_INDEX_DIMENSION = "memcore.index_dimension"
-META_EMBEDDER = "memcore.embedder"
-DEFAULT_COLLECTION = "memcore"
-REBUILD_SUFFIX = ".rebuild"
-COSINE: CreateCollectionConfiguration = {"hnsw": {"space": "cosine"}}
+__all__ = [
+    "ChromaHttpStore",
+    "ChromaMemoryStore",
+    "ChromaStore",
+    "ChromaStoreBase",
+    "check_collection_name",
+]
+
 PAGE_SIZE = 1_000
 """Entries per request when copying a collection or writing a large batch."""
 MIN_OVERFETCH = 64
 """Candidates fetched at least when a search must post-filter; then 4 times more per round."""
 
 T = TypeVar("T")
-
-
-def check_collection_name(name: str) -> str:
-    """Check a collection name against Chroma's rules (leaving room for the rebuild suffix).
-
-    :raises InvalidInputError: if Chroma would refuse it.
-    """
-    ok = (
-        isinstance(name, str)
-        and 3 <= len(name) <= 512 - len(REBUILD_SUFFIX)
-        and name[0].isalnum()
-        and name[-1].isalnum()
-        and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
-    )
-    if not ok:
-        raise InvalidInputError(
-            f"invalid Chroma collection name {name!r}: use 3-504 characters of [A-Za-z0-9._-], "
-            "starting and ending with a letter or digit"
-        )
-    return name
 
 
 def _order_key(record: MemoryRecord) -> tuple[datetime, UUID]:
@@ -102,121 +97,122 @@ class ChromaStoreBase(BaseStore):
     """What the three Chroma stores share: everything but connecting.
 
     :param chroma: the client to use; released by :meth:`close`.
-    :param collection: the collection holding this store's records (created if missing).
+    :param collection: the collection holding this store's records (created if missing);
+        a valid name (:func:`~memcore_chroma.opening.check_collection_name`).
     :param dimension: fix the vector dimension up front; an existing collection
         of another dimension raises :class:`~memcore.errors.DimensionMismatchError`.
     """
+
+    rebuilds_safely: ClassVar[bool] = True
+    """Whether this process is the collection's only user, so that a rebuild loses no one's writes."""
 
     def __init__(self, chroma: Connection, collection: str, dimension: int | None) -> None:
         super().__init__()
         self._connection = chroma
         self._name = collection
-        self._meta: dict[str, Any] = {}
+        self._meta: Meta = {}
         try:
-            check_collection_name(collection)
             check_dimension(dimension)
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
-                self._collection = self._open_collection()
-                self._check_collection(dimension)
+                with chroma.reading():
+                    self._generation = chroma.generation
+                    self._collection = open_collection(chroma.client, collection, create=True)
+                    self._meta = dict(self._collection.metadata or {})
+                    meta = checked_metadata(self._collection, collection, dimension)
+                if meta != self._meta:
+                    self._write_meta(meta)
         except BaseException:
             chroma.release()
             raise
 
-    # -- opening ---------------------------------------------------------------
+    # -- the collection and its metadata -------------------------------------
 
-    def _find(self, name: str) -> Collection | None:
-        try:
-            return self._connection.client.get_collection(name, embedding_function=None)
-        except NotFoundError:
-            return None
+    def _handle(self) -> Collection:
+        """The collection handle, fetched anew if the client or the collection was swapped (hold reading)."""
+        generation = self._connection.generation
+        if self._generation != generation:
+            self._collection = self._connection.client.get_collection(self._name, embedding_function=None)
+            self._generation = generation
+        return self._collection
 
-    def _open_collection(self) -> Collection:
-        client = self._connection.client
-        main, leftover = self._find(self._name), self._find(self._name + REBUILD_SUFFIX)
-        if leftover is not None:
-            if main is None:  # a rebuild copied everything, dropped the old one, then stopped
-                leftover.modify(name=self._name)
-                return leftover
-            client.delete_collection(leftover.name)  # a rebuild stopped half-way: the original is intact
-        if main is not None:
-            return main
-        return client.get_or_create_collection(
-            self._name, configuration=COSINE, metadata={META_FORMAT: FORMAT}, embedding_function=None
-        )
+    def _recover(self) -> None:
+        """Find the collection again after Chroma said it is gone: a rebuild swapped it, or stopped."""
+        with self._connection.write_lock, self._connection.reading():
+            generation = self._connection.generation
+            self._collection = open_collection(self._connection.client, self._name, create=False)
+            self._generation = generation
 
-    def _check_collection(self, dimension: int | None) -> None:
-        collection = self._collection
-        meta = dict(collection.metadata or {})
-        if META_FORMAT not in meta:
-            if collection.count():
-                raise InvalidInputError(
-                    f"the Chroma collection {self._name!r} holds entries that memcore did not write; "
-                    "open another collection (?collection=...)"
-                )
-            meta[META_FORMAT] = FORMAT
-        if meta[META_FORMAT] != FORMAT:
-            raise StoreCorruptedError(
-                f"the Chroma collection {self._name!r} is in the format {meta[META_FORMAT]!r}, not {FORMAT!r}"
-            )
-        configuration = collection.configuration_json or {}
-        space = next(
-            (
-                c["space"]
-                for c in (configuration.get("hnsw"), configuration.get("spann"))
-                if c and c.get("space")
-            ),
-            meta.get("hnsw:space", "l2"),
-        )
-        if space != "cosine":
-            raise InvalidInputError(
-                f"the Chroma collection {self._name!r} measures {space} distances; memcore needs cosine"
-            )
-        stored = meta.get(META_DIMENSION)
-        if dimension is not None and stored is not None and stored != dimension:
-            raise DimensionMismatchError(
-                f"the Chroma collection {self._name!r} holds {stored}-dimensional vectors, not {dimension}"
-            )
-        if dimension is not None:
-            meta[META_DIMENSION] = dimension
-        self._meta = dict(collection.metadata or {})
-        if meta != self._meta:
-            self._write_meta(meta)
+    def _call(self, action: str, operation: Callable[[Collection], T]) -> T:
+        """Run ``operation`` on the collection, with errors translated.
 
-    def _write_meta(self, updates: dict[str, Any]) -> None:
-        meta = {**self._meta, **updates}
-        self._collection.modify(metadata=meta)
-        self._meta = meta
+        A rebuild swaps the collection for a copy (here or in another process);
+        a handle still pointing at the old one is found again once, finishing
+        an interrupted rebuild if need be.
+        """
+        self._check_open()
+        with translated(action):
+            with self._connection.reading():
+                try:
+                    return operation(self._handle())
+                except NotFoundError:
+                    pass
+            self._recover()  # not while reading: it takes the write lock
+            with self._connection.reading():
+                return operation(self._handle())
 
-    # -- plumbing --------------------------------------------------------------
+    def _fresh_meta(self) -> Meta:
+        """The collection's metadata as stored now (other stores may have changed it)."""
+
+        def read(_: Collection) -> Meta:
+            fresh = self._connection.client.get_collection(self._name, embedding_function=None)
+            self._collection = fresh
+            return dict(fresh.metadata or {})
+
+        self._meta = self._call("reading the collection's metadata", read)
+        return self._meta
+
+    def _write_meta(self, updates: Meta) -> None:
+        """Merge ``updates`` into the stored metadata (hold the write lock)."""
+        fresh = self._fresh_meta()
+        meta = {**fresh, **updates}
+        if meta != fresh:
+            self._call("writing the collection's metadata", lambda c: c.modify(metadata=meta))
+            self._meta = meta
 
     @property
     def dimension(self) -> int | None:
-        value = self._meta.get(META_DIMENSION)
-        return value if isinstance(value, int) else None
+        value = int_value(self._meta, META_DIMENSION)
+        if value is None and not self.closed:
+            value = int_value(self._fresh_meta(), META_DIMENSION)  # set since by another store?
+        return value
 
     def _load_vector_space(self) -> VectorSpace | None:
-        embedder, dimension = self._meta.get(META_EMBEDDER), self.dimension
+        meta = self._meta
+        if meta.get(META_EMBEDDER) is None and not self.closed:
+            meta = self._fresh_meta()
+        embedder, dimension = meta.get(META_EMBEDDER), int_value(meta, META_DIMENSION)
         if embedder is None or dimension is None:
             return None
         return VectorSpace(str(embedder), dimension)
 
     def _save_vector_space(self, space: VectorSpace) -> None:
-        with self._connection.write_lock, translated("binding the vector space"):
+        with self._connection.write_lock:
+            meta = self._fresh_meta()
+            embedder, dimension = meta.get(META_EMBEDDER), int_value(meta, META_DIMENSION)
+            if embedder is not None and (embedder, dimension) != (space.embedder, space.dimension):
+                raise EmbedderMismatchError(
+                    f"the {self.name} store holds vectors of the embedder {embedder!r} "
+                    f"({dimension} dimensions), not {space.embedder!r} ({space.dimension}); "
+                    "use a store of its own for another embedder, or migrate and re-embed"
+                )
+            if dimension not in (None, space.dimension):
+                raise EmbedderMismatchError(
+                    f"the {self.name} store holds {dimension}-dimensional vectors; "
+                    f"the embedder {space.embedder!r} makes {space.dimension}"
+                )
             self._write_meta({META_EMBEDDER: space.embedder, META_DIMENSION: space.dimension})
 
-    def _call(self, action: str, operation: Callable[[Collection], T]) -> T:
-        """Run ``operation`` on the collection, with errors translated.
-
-        A rebuild (purge) swaps the collection for a copy; a handle still
-        pointing at the old one is refreshed once.
-        """
-        self._check_open()
-        with translated(action):
-            try:
-                return operation(self._collection)
-            except NotFoundError:
-                self._collection = self._connection.client.get_collection(self._name, embedding_function=None)
-                return operation(self._collection)
+    # -- plumbing --------------------------------------------------------------
 
     def _where(self, scope: Scope, compiled: CompiledFilter, *extra: Where) -> Where | None:
         clauses = scope_clauses(scope)
@@ -224,22 +220,22 @@ class ChromaStoreBase(BaseStore):
             clauses.append(compiled.where)
         return all_of([*clauses, *extra])
 
-    def _documents(self, ids: Sequence[str]) -> dict[str, MemoryRecord]:
-        found = self._call("reading records", lambda c: c.get(ids=list(ids), include=["documents"]))
-        return {i: decode(i, d) for i, d in zip(found["ids"], found["documents"] or [], strict=True)}
+    def _candidates(self, where: Where | None, ids: Sequence[str] | None = None) -> list[MemoryRecord]:
+        """The records ``where`` selects (among ``ids``, if given)."""
+        chosen = None if ids is None else list(ids)
+        return decode_found(
+            self._call("reading records", lambda c: c.get(ids=chosen, where=where, include=["documents"]))
+        )
 
-    def _candidates(self, where: Where | None) -> list[MemoryRecord]:
-        found = self._call("reading records", lambda c: c.get(where=where, include=["documents"]))
-        return [decode(i, d) for i, d in zip(found["ids"], found["documents"] or [], strict=True)]
-
-    def _matching_ids(self, scope: Scope, node: Filter | None) -> list[str]:
+    def _matching_ids(self, scope: Scope, node: Filter | None) -> tuple[list[str], Where | None]:
+        """The ids of the records in ``scope`` that match ``node``, and a ``where`` selecting them."""
         compiled = compile_filter(node)
         if compiled.nothing:
-            return []
+            return [], None
         where = self._where(scope, compiled)
         if compiled.exact:
-            return self._call("finding records", lambda c: c.get(where=where, include=[]))["ids"]
-        return [str(r.id) for r in self._candidates(where) if evaluate(node, r)]
+            return self._call("finding records", lambda c: c.get(where=where, include=[]))["ids"], where
+        return [str(r.id) for r in self._candidates(where) if compiled.admits(node, r)], where
 
     # -- writing ---------------------------------------------------------------
 
@@ -253,10 +249,11 @@ class ChromaStoreBase(BaseStore):
                     raise IdConflictError(
                         f"record id {record_id} is already used by a record of another scope"
                     )
+            meta = self._meta if settled(self._meta) else self._fresh_meta()
             if vectors is None:
-                embeddings = placeholder_vectors(len(records), self._placeholder_dimension())
+                embeddings, updates = self._stand_ins(meta, len(records))
             else:
-                self._prepare_dimension(vectors.shape[1])
+                updates = self._prepare_dimension(meta, vectors.shape[1])
                 embeddings = vectors
             documents = [encode(record) for record in records]
             metadatas = [flat_metadata(record, vectors is not None) for record in records]
@@ -271,60 +268,75 @@ class ChromaStoreBase(BaseStore):
                         metadatas=metadatas[batch],
                     ),
                 )
+            if updates:  # only once the records are in: a failed add changes no metadata
+                self._write_meta(updates)
 
-    def _prepare_dimension(self, dimension: int) -> None:
-        """Fix the dimension with the first vector; resize the stand-in vectors written before it."""
-        if self.dimension not in (None, dimension):
-            # BaseStore checked before this thread took the write lock; another may have written since.
-            raise DimensionMismatchError(
-                f"vector dimension {dimension} does not match the store's {self.dimension}"
-            )
-        indexed = self._meta.get(META_INDEX_DIMENSION)
-        if indexed == dimension and self.dimension == dimension:
-            return
-        with translated("fixing the vector dimension"):
-            if indexed not in (None, dimension):
-                self._rebuild(placeholder_dimension=dimension)  # only stand-ins are indexed so far
-            self._write_meta({META_DIMENSION: dimension, META_INDEX_DIMENSION: dimension})
+    def _stand_ins(self, meta: Meta, count: int) -> tuple[np.ndarray, Meta]:
+        """Stand-in vectors in the size the index holds (the dimension, if known, before any)."""
+        indexed = int_value(meta, META_INDEX_DIMENSION)
+        if indexed is not None:
+            return placeholder_vectors(count, indexed), {}
+        size = int_value(meta, META_DIMENSION) or 1
+        return placeholder_vectors(count, size), {META_INDEX_DIMENSION: size}
 
-    def _placeholder_dimension(self) -> int:
-        indexed = self._meta.get(META_INDEX_DIMENSION)
-        if isinstance(indexed, int):
-            return indexed
-        dimension = self.dimension or 1
-        with translated("fixing the index dimension"):
-            self._write_meta({META_INDEX_DIMENSION: dimension})
-        return dimension
+    def _prepare_dimension(self, meta: Meta, dimension: int) -> Meta:
+        """Check the first vectors' dimension; resize the stand-in vectors written before them.
 
-    def _delete_ids(self, ids: Sequence[str]) -> int:
+        :returns: the metadata to write once the vectors are in.
+        """
+        stored, indexed = int_value(meta, META_DIMENSION), int_value(meta, META_INDEX_DIMENSION)
+        if stored not in (None, dimension):
+            # BaseStore checked a cached dimension; another store may have fixed it since.
+            raise DimensionMismatchError(f"vector dimension {dimension} does not match the store's {stored}")
+        if indexed not in (None, dimension):
+            # Only stand-ins are indexed so far, in another size: Chroma fixed the index's dimension.
+            if not self.rebuilds_safely:
+                raise ExclusiveMaintenanceError(
+                    f"the Chroma collection {self._name!r} holds records without vectors, indexed at "
+                    f"dimension {indexed}; storing {dimension}-dimensional vectors needs a rebuild, which "
+                    "would lose other clients' concurrent writes. During maintenance (no other client "
+                    f"using it) call rebuild_exclusively(dimension={dimension}); or open the collection with "
+                    "?dimension= (or bind the embedder) before writing records without vectors"
+                )
+            with translated("fixing the vector dimension"):
+                self._rebuild({**meta, META_INDEX_DIMENSION: dimension}, placeholder_dimension=dimension)
+        return {
+            key: dimension
+            for key in (META_DIMENSION, META_INDEX_DIMENSION)
+            if int_value(meta, key) != dimension
+        }
+
+    def _delete_ids(self, ids: Sequence[str], where: Where | None) -> int:
+        """Delete these ids, but only where ``where`` still holds (another writer may have moved one)."""
+        deleted = 0
         for chunk in _chunks(ids, PAGE_SIZE):
-            self._call("deleting records", lambda c, chunk=chunk: c.delete(ids=list(chunk)))  # type: ignore[misc]
-        return len(ids)
+            result = self._call(
+                "deleting records",
+                lambda c, chunk=chunk: c.delete(ids=list(chunk), where=where),  # type: ignore[misc]
+            )
+            count = result.get("deleted") if isinstance(result, dict) else None
+            deleted += count if isinstance(count, int) else len(chunk)
+        return deleted
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         wanted = [str(record_id) for record_id in ids]
+        where = all_of(scope_clauses(scope))
         with self._connection.write_lock:
-            found = self._call(
-                "finding records", lambda c: c.get(ids=wanted, where=all_of(scope_clauses(scope)), include=[])
-            )
-            return self._delete_ids(found["ids"])
+            found = self._call("finding records", lambda c: c.get(ids=wanted, where=where, include=[]))
+            return self._delete_ids(found["ids"], where)
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._connection.write_lock:
-            return self._delete_ids(self._matching_ids(scope, node))
+            ids, where = self._matching_ids(scope, node)
+            return self._delete_ids(ids, where)
 
     # -- reading ---------------------------------------------------------------
 
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
-        wanted = [str(record_id) for record_id in ids]
-        found = self._call(
-            "reading records",
-            lambda c: c.get(ids=wanted, where=all_of(scope_clauses(scope)), include=["documents"]),
-        )
-        return [decode(i, d) for i, d in zip(found["ids"], found["documents"] or [], strict=True)]
+        return self._candidates(all_of(scope_clauses(scope)), [str(record_id) for record_id in ids])
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
-        return len(self._matching_ids(scope, node))
+        return len(self._matching_ids(scope, node)[0])
 
     def _list(
         self,
@@ -346,7 +358,7 @@ class ChromaStoreBase(BaseStore):
         where = self._where(scope, compiled, *bounds)
         descending = order == "desc"
         if limit is None:
-            records = [r for r in self._candidates(where) if compiled.exact or evaluate(node, r)]
+            records = [r for r in self._candidates(where) if compiled.admits(node, r)]
             return sorted(records, key=_order_key, reverse=descending)
         # Order by the small metadata first, then read only the documents needed.
         found = self._call("listing records", lambda c: c.get(where=where, include=["metadatas"]))
@@ -361,8 +373,9 @@ class ChromaStoreBase(BaseStore):
         chunk_size = limit if compiled.exact else max(limit * 2, MIN_OVERFETCH)
         result: list[MemoryRecord] = []
         for chunk in _chunks(ordered, chunk_size):
-            by_id = self._documents(chunk)
-            result += [by_id[i] for i in chunk if compiled.exact or evaluate(node, by_id[i])]
+            # Scoped again: a record deleted (and its id reused elsewhere) since is skipped.
+            by_id = {str(r.id): r for r in self._candidates(where, chunk)}
+            result += [by_id[i] for i in chunk if i in by_id and compiled.admits(node, by_id[i])]
             if len(result) >= limit:
                 break
         return result[:limit]
@@ -375,7 +388,7 @@ class ChromaStoreBase(BaseStore):
             return []
 
         def wanted(record: MemoryRecord) -> bool:
-            return (compiled.exact or evaluate(node, record)) and (
+            return compiled.admits(node, record) and (
                 text is None or text_matches(text, record.message.content)
             )
 
@@ -383,6 +396,8 @@ class ChromaStoreBase(BaseStore):
             records = [r for r in self._candidates(self._where(scope, compiled)) if wanted(r)]
             records.sort(key=_order_key, reverse=True)
             return [ScoredRecord(record=r, score=1.0) for r in records[:limit]]
+        if not self._indexes_vectors_of(query.shape[1]):
+            return []
         where = self._where(scope, compiled, {VECTOR_KEY: True})
         fetch = limit if compiled.exact and text is None else max(limit * 4, MIN_OVERFETCH)
         while True:
@@ -412,6 +427,18 @@ class ChromaStoreBase(BaseStore):
                 return hits if total <= len(ids) else self._exact_search(where, query, wanted, limit)
             fetch *= 4
 
+    def _indexes_vectors_of(self, dimension: int) -> bool:
+        """Whether the index may hold vectors of ``dimension``.
+
+        Before the first real vector, the index may hold only stand-ins, in
+        another size (the dimension was bound after they were written): then
+        no record has a vector, and Chroma would refuse the query.
+        """
+        indexed = int_value(self._meta, META_INDEX_DIMENSION)
+        if indexed in (None, dimension):
+            return True
+        return int_value(self._fresh_meta(), META_INDEX_DIMENSION) in (None, dimension)
+
     def _exact_search(
         self, where: Where | None, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
     ) -> list[ScoredRecord]:
@@ -433,59 +460,85 @@ class ChromaStoreBase(BaseStore):
                     break
         return hits
 
-    # -- erasure and closing ---------------------------------------------------
+    # -- rebuilding, erasure and closing ---------------------------------------
 
-    def _rebuild(self, placeholder_dimension: int | None = None) -> None:
-        """Copy every live entry into a fresh collection and swap it in (holding the write lock).
+    def _rebuild(self, meta: Meta, placeholder_dimension: int | None = None) -> None:
+        """Copy every live entry into a fresh collection and swap it in (hold the write lock).
 
         Chroma never removes a deleted vector from its HNSW files; a copy holds
         only the live ones. With ``placeholder_dimension``, the stand-in vectors
         (all there is before the first real vector) are rewritten in that size.
+        The copy is made while other threads keep reading; the swap (drop the
+        old collection, rename the copy) holds exclusive access, and then every
+        store on this client fetches its handle anew.
         """
-        client, old = self._connection.client, self._collection
-        copy_name = self._name + REBUILD_SUFFIX
-        if self._find(copy_name) is not None:
-            client.delete_collection(copy_name)
-        copy = client.create_collection(
-            copy_name, configuration=COSINE, metadata=self._meta, embedding_function=None
-        )
-        offset = 0
-        while True:
-            page = old.get(include=["embeddings", "documents", "metadatas"], limit=PAGE_SIZE, offset=offset)
-            if not page["ids"]:
-                break
-            count = len(page["ids"])
-            embeddings = (
-                np.asarray(page["embeddings"], dtype=np.float32)
-                if placeholder_dimension is None
-                else placeholder_vectors(count, placeholder_dimension)
+        chroma, copy_name = self._connection, self._name + REBUILD_SUFFIX
+        with chroma.reading():
+            client, old = chroma.client, self._handle()
+            if find(client, copy_name) is not None:
+                client.delete_collection(copy_name)
+            copy = client.create_collection(
+                copy_name, configuration=COSINE, metadata=meta, embedding_function=None
             )
-            copy.upsert(
-                ids=page["ids"],
-                embeddings=embeddings,
-                documents=page["documents"],
-                metadatas=page["metadatas"],
-            )
-            offset += count
-        client.delete_collection(self._name)
-        copy.modify(name=self._name)
-        self._collection = copy
+            offset = 0
+            while True:
+                page = old.get(
+                    include=["embeddings", "documents", "metadatas"], limit=PAGE_SIZE, offset=offset
+                )
+                if not page["ids"]:
+                    break
+                count = len(page["ids"])
+                embeddings = (
+                    np.asarray(page["embeddings"], dtype=np.float32)
+                    if placeholder_dimension is None
+                    else placeholder_vectors(count, placeholder_dimension)
+                )
+                copy.upsert(
+                    ids=page["ids"],
+                    embeddings=embeddings,
+                    documents=page["documents"],
+                    metadatas=page["metadatas"],
+                )
+                offset += count
+        with chroma.exclusive():
+            chroma.handles_changed()
+            client.delete_collection(self._name)
+            copy.modify(name=self._name)
+        self._meta = meta
+
+    def _rebuild_collection(self, dimension: int | None) -> None:
+        """Rebuild the collection (hold the write lock); resize stand-ins to ``dimension`` or the store's."""
+        with translated("rebuilding the collection"):
+            meta = self._fresh_meta()
+            stored = int_value(meta, META_DIMENSION)
+            if dimension is not None and stored not in (None, dimension):
+                raise DimensionMismatchError(
+                    f"the Chroma collection {self._name!r} holds {stored}-dimensional vectors, "
+                    f"not {dimension}"
+                )
+            target = dimension or stored
+            resize = target is not None and int_value(meta, META_INDEX_DIMENSION) not in (None, target)
+            if target is not None:
+                meta = {**meta, META_DIMENSION: target}
+                if resize:
+                    meta[META_INDEX_DIMENSION] = target
+            self._rebuild(meta, placeholder_dimension=target if resize else None)
 
     def purge(self) -> None:
         """Physically erase deleted records: rebuild the collection without them.
 
         Embedded stores then drop the index folders Chroma leaves behind and
-        compact its SQLite file (``VACUUM``). A server's files are its own: run
-        ``chroma vacuum`` there (which compacts SQLite but keeps HNSW files;
-        the rebuild here is what drops the deleted vectors from the index).
+        compact its SQLite file (``VACUUM``), with Chroma's client closed
+        meanwhile: other threads' calls wait until it is reopened.
         """
         self._check_open()
         with self._connection.write_lock:
             self._check_open()
-            with translated("purging deleted records"):
-                self._rebuild()
-            if self._connection.persist_path is not None:
-                erasure.compact_persist_directory(self._connection.persist_path)
+            self._rebuild_collection(None)
+            path = self._connection.persist_path
+            if path is not None:
+                with self._connection.exclusive():
+                    self._connection.restart(lambda: erasure.compact_persist_directory(path))
 
     def _close(self) -> None:
         self._connection.release()
@@ -551,7 +604,7 @@ class ChromaMemoryStore(ChromaStoreBase):
 
     def _close(self) -> None:
         try:
-            with translated("dropping the in-memory collection"):
+            with translated("dropping the in-memory collection"), self._connection.reading():
                 self._connection.client.delete_collection(self._name)
         finally:
             super()._close()
@@ -572,6 +625,7 @@ class ChromaHttpStore(ChromaStoreBase):
     name: ClassVar[str] = "chroma-http"
     schemes: ClassVar[tuple[str, ...]] = ("chroma+http", "chroma+https")
     capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
+    rebuilds_safely: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -599,3 +653,37 @@ class ChromaHttpStore(ChromaStoreBase):
             collection=params.get("collection", DEFAULT_COLLECTION),
             dimension=urls.dimension_param(params),
         )
+
+    def purge(self) -> None:
+        """Refused: on a server, a rebuild would lose other clients' concurrent writes.
+
+        Run :meth:`rebuild_exclusively` during maintenance instead, and the
+        server's ``chroma vacuum`` to compact its SQLite file.
+
+        :raises ExclusiveMaintenanceError: always (after the closed check).
+        """
+        self._check_open()
+        raise ExclusiveMaintenanceError(
+            f"purge() rebuilds the Chroma collection {self._name!r}, which on a server loses what other "
+            "clients write meanwhile; during maintenance (no other client using the collection) call "
+            "ChromaHttpStore.rebuild_exclusively() instead, then `chroma vacuum` on the server"
+        )
+
+    def rebuild_exclusively(self, dimension: int | None = None) -> None:
+        """Rebuild the collection without its deleted records: the server form of :meth:`purge`.
+
+        Only while no other client (process, host, or store object on another
+        client) uses the collection: what they write during the rebuild is
+        lost, and their handles move to the new collection on their next call.
+
+        :param dimension: the vector dimension to resize the stand-in vectors of
+            records without one to (needed when they were written before the
+            dimension was known and vectors of another size are to come);
+            defaults to the store's dimension, if known.
+        :raises DimensionMismatchError: if the store holds vectors of another dimension.
+        """
+        self._check_open()
+        check_dimension(dimension)
+        with self._connection.write_lock:
+            self._check_open()
+            self._rebuild_collection(dimension)

@@ -8,9 +8,18 @@ from pathlib import Path
 import pytest
 from chroma_server import ChromaServer
 from conftest import drop_collection
-from memcore_chroma import ChromaHttpStore, ChromaMemoryStore, ChromaStore, connection, urls
+from memcore_chroma import (
+    ChromaHttpStore,
+    ChromaMemoryStore,
+    ChromaStore,
+    ExclusiveMaintenanceError,
+    connection,
+    urls,
+)
 
+from memcore.store import Store
 from memcore.testing import StoreConformance, StoreFactory
+from memcore.testing.helpers import DIM, make_record, new_scope, random_vectors
 
 
 class TestEmbeddedChroma(StoreConformance):
@@ -33,6 +42,23 @@ class TestServerChroma(StoreConformance):
             connection.http("127.0.0.1", chroma_server.port, False, address.tenant, address.database),
             collection_name,
         )
+
+    def test_records_without_vectors_are_stored_but_not_vector_searchable(self, store: Store) -> None:
+        """On a server, the first vector after stand-ins of another size needs an exclusive rebuild.
+
+        (Rebuilding silently would lose other clients' concurrent writes; see the README.)
+        """
+        assert isinstance(store, ChromaHttpStore)
+        scope = new_scope()
+        plain, with_vector = make_record(scope, "no vector"), make_record(scope, "has vector")
+        store.add([plain])
+        with pytest.raises(ExclusiveMaintenanceError):
+            store.add([with_vector], random_vectors(1))
+        store.rebuild_exclusively(dimension=DIM)
+        store.add([with_vector], random_vectors(1))
+        assert store.count(scope) == 2
+        hits = store.search(scope, vector=random_vectors(1, seed=5)[0], limit=10)
+        assert [h.record.id for h in hits] == [with_vector.id]
 
 
 class TestMemoryChroma(StoreConformance):

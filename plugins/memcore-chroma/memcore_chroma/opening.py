@@ -1,0 +1,140 @@
+"""Find, create and check a store's collection, and what its metadata keeps.
+
+The collection's metadata keeps the layout's format, the vector dimension
+(``memcore.dimension``, fixed by the first vector or by ``?dimension=``), the
+dimension of what its index holds (``memcore.index_dimension``: the stand-in
+vectors of records without one are written in it before the first real vector
+fixes the dimension) and the bound embedder. Stores re-read it before every
+decision that depends on it: other stores, in this process or another, may
+have changed it since.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from chromadb.api import ClientAPI
+from chromadb.api.collection_configuration import CreateCollectionConfiguration
+from chromadb.api.models.Collection import Collection
+from chromadb.errors import NotFoundError
+
+from memcore.errors import DimensionMismatchError, InvalidInputError, StoreCorruptedError
+
+FORMAT = "memcore-chroma/1"
+META_FORMAT = "memcore.format"
+META_DIMENSION = "memcore.dimension"
+META_INDEX_DIMENSION = "memcore.index_dimension"
+META_EMBEDDER = "memcore.embedder"
+DEFAULT_COLLECTION = "memcore"
+REBUILD_SUFFIX = ".rebuild"
+COSINE: CreateCollectionConfiguration = {"hnsw": {"space": "cosine"}}
+MAX_NAME = 512
+
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_IPV4 = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
+
+Meta = dict[str, Any]
+
+
+def check_collection_name(name: str) -> str:
+    """Check a collection name against Chroma's rules (leaving room for the rebuild suffix).
+
+    Chroma wants 3-512 characters of ``[A-Za-z0-9._-]``, starting and ending
+    with a letter or digit, without ``..``, and not an IPv4 address.
+
+    :raises InvalidInputError: if Chroma would refuse it.
+    """
+    ok = (
+        isinstance(name, str)
+        and 3 <= len(name) <= MAX_NAME - len(REBUILD_SUFFIX)
+        and name.isascii()
+        and _NAME.fullmatch(name) is not None
+        and ".." not in name
+        and _IPV4.fullmatch(name) is None
+    )
+    if not ok:
+        raise InvalidInputError(
+            f"invalid Chroma collection name {name!r}: use 3-504 characters of [A-Za-z0-9._-], "
+            "starting and ending with a letter or digit, without '..', and not an IPv4 address"
+        )
+    return name
+
+
+def find(client: ClientAPI, name: str) -> Collection | None:
+    """The collection called ``name``, or ``None``."""
+    try:
+        return client.get_collection(name, embedding_function=None)
+    except NotFoundError:
+        return None
+
+
+def open_collection(client: ClientAPI, name: str, *, create: bool) -> Collection:
+    """The collection ``name``, finishing or undoing a rebuild that was interrupted.
+
+    :param create: create the collection if it does not exist.
+    :raises NotFoundError: if it does not exist and ``create`` is false.
+    """
+    main, leftover = find(client, name), find(client, name + REBUILD_SUFFIX)
+    if leftover is not None:
+        if main is None:  # a rebuild copied everything, dropped the old one, then stopped
+            leftover.modify(name=name)
+            return client.get_collection(name, embedding_function=None)
+        client.delete_collection(leftover.name)  # a rebuild stopped half-way: the original is intact
+    if main is not None:
+        return main
+    if not create:
+        raise NotFoundError(f"Collection [{name}] does not exist")
+    return client.get_or_create_collection(
+        name, configuration=COSINE, metadata={META_FORMAT: FORMAT}, embedding_function=None
+    )
+
+
+def checked_metadata(collection: Collection, name: str, dimension: int | None) -> Meta:
+    """The metadata ``collection`` should have, after checking that memcore can use it.
+
+    :raises InvalidInputError: if memcore did not write its entries, or it is not cosine.
+    :raises StoreCorruptedError: if it is in another format.
+    :raises DimensionMismatchError: if it holds vectors of another dimension than ``dimension``.
+    """
+    meta = dict(collection.metadata or {})
+    if META_FORMAT not in meta:
+        if collection.count():
+            raise InvalidInputError(
+                f"the Chroma collection {name!r} holds entries that memcore did not write; "
+                "open another collection (?collection=...)"
+            )
+        meta[META_FORMAT] = FORMAT
+    if meta[META_FORMAT] != FORMAT:
+        raise StoreCorruptedError(
+            f"the Chroma collection {name!r} is in the format {meta[META_FORMAT]!r}, not {FORMAT!r}"
+        )
+    configuration = collection.configuration_json or {}
+    space = next(
+        (c["space"] for c in (configuration.get("hnsw"), configuration.get("spann")) if c and c.get("space")),
+        meta.get("hnsw:space", "l2"),
+    )
+    if space != "cosine":
+        raise InvalidInputError(
+            f"the Chroma collection {name!r} measures {space} distances; memcore needs cosine"
+        )
+    stored = meta.get(META_DIMENSION)
+    if dimension is not None and stored is not None and stored != dimension:
+        raise DimensionMismatchError(
+            f"the Chroma collection {name!r} holds {stored}-dimensional vectors, not {dimension}"
+        )
+    if dimension is not None:
+        meta[META_DIMENSION] = dimension
+    return meta
+
+
+def int_value(meta: Meta, key: str) -> int | None:
+    """``meta[key]`` if it is an int."""
+    value = meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def settled(meta: Meta) -> bool:
+    """Whether the dimension is fixed and the index holds it: then nothing about it changes any more."""
+    dimension = int_value(meta, META_DIMENSION)
+    return dimension is not None and int_value(meta, META_INDEX_DIMENSION) == dimension
