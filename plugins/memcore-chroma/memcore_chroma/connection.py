@@ -17,8 +17,6 @@ closes the client, runs ``VACUUM`` and reopens the client
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -31,7 +29,8 @@ from chromadb.api import ClientAPI
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from memcore.errors import StoreError, StoreLockedError
+from memcore.errors import StoreError
+from memcore.locking import lock_path
 from memcore_chroma.errors import translated
 
 LOCK_FILE = "memcore.lock"
@@ -202,24 +201,6 @@ _shared: dict[Path, _SharedPath] = {}
 _shared_lock = threading.Lock()
 
 
-def _take_file_lock(path: Path) -> int:
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise StoreLockedError(
-                f"the Chroma store at {path} is open in another process ({holder}); embedded Chroma "
-                "is not process-safe: close that process, or run a Chroma server (chroma+http://)"
-            ) from None
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
-
-
 def _persistent_client(path: Path) -> ClientAPI:
     with translated(f"opening the Chroma store at {path}"):
         return chromadb.PersistentClient(path=str(path), settings=client_settings())
@@ -237,7 +218,12 @@ def persistent(path: Path) -> Connection:
         if entry is None:
             try:
                 path.mkdir(mode=0o700, parents=True, exist_ok=True)
-                lock_fd = _take_file_lock(path)
+                lock_fd = lock_path(
+                    path / LOCK_FILE,
+                    what=f"the Chroma store at {path}",
+                    advice="embedded Chroma is not process-safe: close that process, "
+                    "or run a Chroma server (chroma+http://)",
+                )
             except OSError as exc:
                 raise StoreError(f"cannot open the Chroma store at {path}: {exc}") from None
             try:

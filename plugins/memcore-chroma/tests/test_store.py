@@ -19,6 +19,7 @@ from memcore.errors import (
     InvalidInputError,
     StoreLockedError,
 )
+from memcore.locking import lock_path
 from memcore.plugins import reset_plugin_manager
 from memcore.scope import Scope
 from memcore.store import VectorSpace
@@ -154,7 +155,7 @@ def test_stores_in_one_process_share_the_client(tmp_path: Path) -> None:
         one.add([make_record(Scope(tenant="t"))])
         assert two.count(Scope(tenant="t")) == 0
         with pytest.raises(StoreLockedError):
-            connection._take_file_lock(tmp_path.resolve())
+            lock_path(tmp_path.resolve() / connection.LOCK_FILE, what="a second lock", advice="-")
 
 
 def _deleted_bytes_left(root: Path, secrets: list[str], vectors: np.ndarray) -> tuple[int, int]:
