@@ -6,26 +6,35 @@ and for running the conformance suite over this code: local mode evaluates
 filters in Python point by point, far too slow for the embedded default.
 
 The collection is created with no dense vector; the first vector write adds
-the cosine vector ``dense`` (``create_vector_name``), so records without
-vectors can be written before the dimension is known. On a server, the scope
-fields get keyword payload indexes (``tenant`` with ``is_tenant=True``), as do
-``role`` and ``kind``; ``created_at`` gets an integer index for ordered reads.
+the cosine vector ``dense`` (``create_vector_name``, Qdrant 1.18), so records
+without vectors can be written before the dimension is known. Text search uses
+``MatchSubstring`` (Qdrant 1.20): :func:`check_server_version` refuses older
+servers when the store opens. On a server, the scope fields get keyword payload
+indexes (``tenant`` with ``is_tenant=True``), as do ``role`` and ``kind``;
+``created_at`` gets an integer index for ordered reads. Every open creates the
+indexes that are missing, so a creation cut short by a crash is completed.
 The vector-space binding lives in the collection's metadata.
+
+Several clients may share a collection, so what this engine knows of it is
+re-read whenever it could be stale: while it has seen no ``dense`` vector or no
+binding, every call that depends on them reads the collection again, and a
+binding is re-read right before it is written (another client's is refused).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
 from qdrant_client import QdrantClient, models
 
-from memcore.errors import StoreCorruptedError
+from memcore.errors import DimensionMismatchError, EmbedderMismatchError, StoreCorruptedError
 from memcore.store import VectorSpace
 from memcore_qdrant import payload as fields
-from memcore_qdrant.engine import SCROLL_PAGE, VECTOR_NAME, Direction, Hit, Point
-from memcore_qdrant.errors import IncompatibleCollectionError
+from memcore_qdrant.engine import SCROLL_PAGE, VECTOR_NAME, Direction, Hit, Point, pages
+from memcore_qdrant.errors import IncompatibleCollectionError, IncompatibleServerError
 from memcore_qdrant.filters import (
     Clause,
     Condition,
@@ -40,6 +49,29 @@ from memcore_qdrant.filters import (
 
 SPACE_KEY = "memcore_vector_space"
 """The key of the vector-space binding in the collection's metadata."""
+
+MIN_SERVER_VERSION = (1, 20)
+"""The oldest Qdrant server the plugin works with: ``MatchSubstring`` (text search) came in 1.20,
+``create_vector_name`` (the first vector write) in 1.18."""
+
+_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+
+
+def check_server_version(client: QdrantClient, location: str) -> str:
+    """The server's version, after checking that it is at least :data:`MIN_SERVER_VERSION`.
+
+    :raises IncompatibleServerError: if the server is older, or does not tell its version.
+    """
+    version = str(client.info().version)
+    found = _VERSION.match(version)
+    minimum = ".".join(map(str, MIN_SERVER_VERSION))
+    if found is None or (int(found[1]), int(found[2])) < MIN_SERVER_VERSION:
+        raise IncompatibleServerError(
+            f"the Qdrant server at {location} runs version {version!r}; memcore-qdrant needs Qdrant "
+            f"{minimum} or newer (text search uses MatchSubstring). Upgrade the server, for example with "
+            "the image pinned in docker/qdrant/"
+        )
+    return version
 
 
 def render_condition(condition: Condition) -> models.Condition:
@@ -100,24 +132,41 @@ class ClientEngine:
         self.location = location
         self._client = client
         self._collection = collection
+        self._dimension: int | None = None
+        self._space: VectorSpace | None = None
         if not client.collection_exists(collection):
-            client.create_collection(collection, vectors_config={})
-            if server:
-                self._create_indexes()
-        info = client.get_collection(collection)
+            try:
+                client.create_collection(collection, vectors_config={})
+            except Exception:
+                if not client.collection_exists(collection):
+                    raise
+                # another client created it meanwhile
+        info = self._refresh()
+        if server:
+            self._ensure_indexes(info.payload_schema or {})
+
+    def _refresh(self) -> models.CollectionInfo:
+        """Read the collection's dense vector and binding again (another client may have set them)."""
+        info = self._client.get_collection(self._collection)
         self._dimension = self._dense_vector(info.config.params.vectors)
         self._space = self._read_space(info.config.metadata)
+        return info
 
-    def _create_indexes(self) -> None:
+    def _ensure_indexes(self, present: dict[str, Any]) -> None:
+        """Create whichever of memcore's payload indexes the collection lacks."""
         for name in fields.KEYWORD_FIELDS:
-            schema = models.KeywordIndexParams(
-                type=models.KeywordIndexType.KEYWORD, is_tenant=True if name == fields.TENANT else None
+            if name not in present:
+                schema = models.KeywordIndexParams(
+                    type=models.KeywordIndexType.KEYWORD, is_tenant=True if name == fields.TENANT else None
+                )
+                self._client.create_payload_index(self._collection, name, field_schema=schema, wait=True)
+        if fields.CREATED_AT not in present:
+            created_at = models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=True, range=True
             )
-            self._client.create_payload_index(self._collection, name, field_schema=schema, wait=True)
-        created_at = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True)
-        self._client.create_payload_index(
-            self._collection, fields.CREATED_AT, field_schema=created_at, wait=True
-        )
+            self._client.create_payload_index(
+                self._collection, fields.CREATED_AT, field_schema=created_at, wait=True
+            )
 
     def _dense_vector(self, vectors: Any) -> int | None:
         where = f"the collection {self._collection!r} at {self.location}"
@@ -156,14 +205,26 @@ class ClientEngine:
         return VectorSpace(embedder, dimension)
 
     def dimension(self) -> int | None:
+        if self._dimension is None:
+            self._refresh()
         return self._dimension
 
     def add_vectors(self, dimension: int) -> None:
         config = models.DenseVectorNameConfig(
             dense=models.DenseVectorConfig(size=dimension, distance=models.Distance.COSINE)
         )
-        self._client.create_vector_name(self._collection, VECTOR_NAME, config, wait=True)
-        self._dimension = dimension
+        try:
+            self._client.create_vector_name(self._collection, VECTOR_NAME, config, wait=True)
+        except Exception:
+            if self.dimension() is None:
+                raise
+            # another client added the vector meanwhile
+        else:
+            self._dimension = dimension
+        if self._dimension != dimension:
+            raise DimensionMismatchError(
+                f"vector dimension {dimension} does not match the store's dimension {self._dimension}"
+            )
 
     def upsert(self, points: Sequence[Point]) -> None:
         structs = [
@@ -197,21 +258,23 @@ class ClientEngine:
                 with_vectors=with_vectors,
             )
             return [self._point(r) for r in records]
-        found: list[Point] = []
-        offset: Any = None
-        while True:
-            page = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - len(found))
-            records, offset = self._client.scroll(
+        return [point for page in self._pages(scroll_filter, with_vectors, limit) for point in page]
+
+    def _pages(
+        self, scroll_filter: models.Filter, with_vectors: bool, limit: int | None
+    ) -> Iterator[list[Point]]:
+        def fetch(offset: Any, size: int) -> tuple[list[Point], Any]:
+            records, next_offset = self._client.scroll(
                 self._collection,
                 scroll_filter=scroll_filter,
-                limit=page,
+                limit=size,
                 offset=offset,
                 with_payload=True,
                 with_vectors=with_vectors,
             )
-            found += [self._point(r) for r in records]
-            if offset is None or (limit is not None and len(found) >= limit):
-                return found
+            return [self._point(r) for r in records], next_offset
+
+        return pages(fetch, limit)
 
     @staticmethod
     def _point(record: models.Record) -> Point:
@@ -239,9 +302,27 @@ class ClientEngine:
         self._client.delete(self._collection, points_selector=selector, wait=True)
 
     def load_space(self) -> VectorSpace | None:
+        if self._space is None:
+            self._refresh()
         return self._space
 
     def save_space(self, space: VectorSpace) -> None:
+        """Write the binding, unless another client bound the collection to another embedder first.
+
+        Qdrant has no compare-and-set on metadata: two clients binding in the same
+        instant can still race; this closes the window to one request.
+        """
+        self._refresh()
+        if self._space is not None and self._space != space:
+            raise EmbedderMismatchError(
+                f"the collection {self._collection!r} at {self.location} is bound to the embedder "
+                f"{self._space.embedder!r} ({self._space.dimension} dimensions), not {space.embedder!r} "
+                f"({space.dimension}); use a collection of its own for another embedder"
+            )
+        if self._dimension not in (None, space.dimension):
+            raise DimensionMismatchError(
+                f"the collection holds {self._dimension}-dimensional vectors, not {space.dimension}"
+            )
         metadata = {SPACE_KEY: {"embedder": space.embedder, "dimension": space.dimension}}
         self._client.update_collection(self._collection, metadata=metadata)
         self._space = space

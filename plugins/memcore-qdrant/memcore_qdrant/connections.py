@@ -2,7 +2,7 @@
 
 * :func:`connect_edge`: an embedded, durable Qdrant Edge shard in a folder (``qdrant:///path``);
 * :func:`connect_memory`: a Qdrant Edge shard in a private temporary folder, removed on close
-  (``qdrant+memory://``);
+  (``qdrant+memory://``), in :func:`tempfile.gettempdir` (``$TMPDIR``);
 * :func:`connect_server`: a collection on a Qdrant server (``qdrant+http(s)://host:port[/collection]``);
 * :func:`connect_local_client`: qdrant-client's local mode in a folder, for benchmarks only.
 """
@@ -14,6 +14,7 @@ import re
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from qdrant_client import QdrantClient
 
 from memcore.errors import InvalidInputError
 from memcore_qdrant import embedded
-from memcore_qdrant.client_engine import ClientEngine
+from memcore_qdrant.client_engine import ClientEngine, check_server_version
 from memcore_qdrant.edge_engine import EdgeEngine
 from memcore_qdrant.engine import Engine
 from memcore_qdrant.errors import translated
@@ -54,31 +55,41 @@ def _open_edge(root: Path) -> Engine:
         return EdgeEngine(root)
 
 
-RAM_FOLDER = Path("/dev/shm")
-"""Where ``qdrant+memory://`` puts its shard when the system has this RAM-backed folder."""
-
-
 def connect_memory() -> Connection:
     """A throwaway Qdrant Edge shard in a private temporary folder, deleted on release.
 
-    The folder is in RAM (``/dev/shm``) where there is one, so that the engine's
-    fsyncs cost nothing for a store that is not durable anyway.
+    The folder is made in :func:`tempfile.gettempdir` (``$TMPDIR``, usually ``/tmp``),
+    not in ``/dev/shm``: a shard's files are memory-mapped, and a full ``/dev/shm``
+    (64 MB by default in a Docker container) kills the process with ``SIGBUS``
+    instead of raising an error. Set ``TMPDIR`` to a RAM-backed folder of ample size
+    to keep the shard in RAM.
     """
-    ram = RAM_FOLDER if RAM_FOLDER.is_dir() and os.access(RAM_FOLDER, os.W_OK) else None
-    root = Path(tempfile.mkdtemp(prefix="memcore-qdrant-", dir=ram))
+    with translated("create a temporary folder", tempfile.gettempdir()):
+        root = Path(tempfile.mkdtemp(prefix="memcore-qdrant-"))
     try:
         engine = _open_edge(root)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
+    lock = embedded.ProcessLock(str(root))
+    # A store never closed still leaves no folder behind once the interpreter exits.
+    remove = weakref.finalize(engine, _remove_folder, root, lock.pid)
 
     def release() -> None:
+        if not lock.owned():
+            return  # a forked child: the shard and its folder are the parent's
         try:
-            engine.close()
+            with lock:
+                engine.close()
         finally:
-            shutil.rmtree(root, ignore_errors=True)
+            remove()
 
-    return Connection(engine, threading.RLock(), release)
+    return Connection(engine, lock, release)
+
+
+def _remove_folder(root: Path, owner: int) -> None:
+    if os.getpid() == owner:  # never from a forked child
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def connect_local_client(path: str | os.PathLike[str]) -> Connection:
@@ -107,6 +118,8 @@ def connect_server(base_url: str, collection: str, api_key: str | None = None) -
     :param collection: the collection's name.
     :param api_key: the server's API key; default ``$QDRANT_API_KEY``.
     :raises StoreUnavailableError: if the server cannot be reached.
+    :raises IncompatibleServerError: if the server is older than
+        :data:`~memcore_qdrant.client_engine.MIN_SERVER_VERSION`.
     """
     if not _COLLECTION_NAME.fullmatch(collection):
         raise InvalidInputError(
@@ -115,10 +128,12 @@ def connect_server(base_url: str, collection: str, api_key: str | None = None) -
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
     location = f"{base_url}/{collection}"
     with translated("connect", location):
+        # check_server_version replaces qdrant-client's own check, which only warns, from a thread.
         client = QdrantClient(
             url=base_url, api_key=key, timeout=SERVER_TIMEOUT_SECONDS, check_compatibility=False
         )
         try:
+            check_server_version(client, location)
             engine = ClientEngine(client, collection, location, server=True)
         except BaseException:
             client.close()

@@ -11,20 +11,23 @@ the first vector written; the shard is therefore created with an unused sparse
 vector (:data:`PLACEHOLDER`) and gains the ``dense`` cosine vector later. The
 scope fields, ``role`` and ``kind`` get keyword indexes (``tenant`` with
 ``is_tenant``) and ``created_at`` an integer index, which ordered reads need.
+Every open creates whichever of these indexes is missing, so a shard whose
+creation a crash cut short (config written, indexes not yet) is completed.
 Segments are never optimised into HNSW graphs: a scoped search scores the
 scope's points exactly, found through the payload index, which is both exact
 and fast for agent memory (see the plugin README for the measurements).
 
 :meth:`EdgeEngine.purge` rebuilds the shard from its live points in
 ``shard.new`` and swaps it in, so deleted records leave no bytes behind (the WAL
-included); :func:`_recover` finishes or discards a swap a crash interrupted.
+included), copying one page of points at a time; :func:`_recover` finishes or
+discards a swap a crash interrupted.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -34,7 +37,7 @@ import qdrant_edge as edge
 from memcore.store import VectorSpace
 from memcore_qdrant import meta
 from memcore_qdrant import payload as fields
-from memcore_qdrant.engine import SCROLL_PAGE, VECTOR_NAME, Direction, Hit, Point
+from memcore_qdrant.engine import VECTOR_NAME, Direction, Hit, Point, pages
 from memcore_qdrant.errors import IncompatibleCollectionError
 from memcore_qdrant.filters import (
     Clause,
@@ -100,12 +103,20 @@ def _edge_point(point: Point) -> edge.Point:
 def _create_shard(path: Path) -> edge.EdgeShard:
     config = edge.EdgeConfig(sparse_vectors={PLACEHOLDER: edge.EdgeSparseVectorParams()})
     shard = edge.EdgeShard.create(str(path), config)
-    for name in fields.KEYWORD_FIELDS:
-        params = edge.KeywordIndexParams(is_tenant=name == fields.TENANT)
-        shard.update(edge.UpdateOperation.create_field_index(name, params))
-    created_at = edge.IntegerIndexParams(lookup=True, range=True)
-    shard.update(edge.UpdateOperation.create_field_index(fields.CREATED_AT, created_at))
+    _ensure_indexes(shard)
     return shard
+
+
+def _ensure_indexes(shard: edge.EdgeShard) -> None:
+    """Create whichever of memcore's payload indexes the shard lacks (all of them on a new shard)."""
+    present = set(shard.info().payload_schema)
+    for name in fields.KEYWORD_FIELDS:
+        if name not in present:
+            params = edge.KeywordIndexParams(is_tenant=name == fields.TENANT)
+            shard.update(edge.UpdateOperation.create_field_index(name, params))
+    if fields.CREATED_AT not in present:
+        created_at = edge.IntegerIndexParams(lookup=True, range=True)
+        shard.update(edge.UpdateOperation.create_field_index(fields.CREATED_AT, created_at))
 
 
 def _recover(root: Path) -> None:
@@ -160,6 +171,11 @@ class EdgeEngine:
         if (shard_path / "edge_config.json").exists():
             self._dimension = _dense_vector(shard_path)
             self._shard = edge.EdgeShard.load(str(shard_path))
+            try:
+                _ensure_indexes(self._shard)  # a creation cut short by a crash left some out
+            except BaseException:
+                self._shard.close()
+                raise
         else:
             if shard_path.exists():
                 shutil.rmtree(shard_path)  # a creation that crashed before writing its config
@@ -205,17 +221,19 @@ class EdgeEngine:
             )
             records, _ = self._shard.scroll(request)
             return [self._point(r) for r in records]
-        found: list[Point] = []
-        offset: Any = None
-        while True:
-            page = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - len(found))
+        return [point for page in self._pages(query_filter, with_vectors, limit) for point in page]
+
+    def _pages(
+        self, query_filter: edge.Filter, with_vectors: bool, limit: int | None = None
+    ) -> Iterator[list[Point]]:
+        def fetch(offset: Any, size: int) -> tuple[list[Point], Any]:
             request = edge.ScrollRequest(
-                offset=offset, limit=page, filter=query_filter, with_payload=True, with_vector=with_vectors
+                offset=offset, limit=size, filter=query_filter, with_payload=True, with_vector=with_vectors
             )
-            records, offset = self._shard.scroll(request)
-            found += [self._point(r) for r in records]
-            if offset is None or (limit is not None and len(found) >= limit):
-                return found
+            records, next_offset = self._shard.scroll(request)
+            return [self._point(r) for r in records], next_offset
+
+        return pages(fetch, limit)
 
     @staticmethod
     def _point(record: Any) -> Point:
@@ -246,7 +264,6 @@ class EdgeEngine:
         self._space = space
 
     def purge(self) -> None:
-        live = self.scroll(Clause(), with_vectors=True)
         new_path = self.root / NEW_SHARD
         if new_path.exists():
             shutil.rmtree(new_path)
@@ -258,9 +275,9 @@ class EdgeEngine:
                         VECTOR_NAME, self._dimension, edge.Distance.Cosine
                     )
                 )
-            for start in range(0, len(live), SCROLL_PAGE):
-                batch = [_edge_point(p) for p in live[start : start + SCROLL_PAGE]]
-                rebuilt.update(edge.UpdateOperation.upsert_points(batch))
+            for page in self._pages(render_filter(Clause()), with_vectors=True):
+                if page:
+                    rebuilt.update(edge.UpdateOperation.upsert_points([_edge_point(p) for p in page]))
             rebuilt.flush()
         finally:
             rebuilt.close()

@@ -3,14 +3,23 @@
 Neither Qdrant Edge nor qdrant-client's local mode may be opened twice on one
 folder, and local mode loses writes when threads share it unguarded. So every
 store object opened on a path in this process shares one :class:`OpenPath`
-(the engine, an ``RLock`` serialising calls, a count of users), and the first
-one takes an exclusive ``flock`` on ``<path>/.lock``: a second process gets
-:class:`~memcore.errors.StoreLockedError`. The operating system releases the
-lock of a killed process.
+(the engine, a :class:`ProcessLock` serialising calls, a count of users), and
+the first one takes an exclusive ``flock`` on ``<path>/.lock``: a second process
+gets :class:`~memcore.errors.StoreLockedError`. The operating system releases
+the lock of a killed process.
+
+A child made by ``fork()`` is another process too, though it inherits the
+parent's memory and open files. After a fork the child forgets the parent's
+registry (and closes its copies of the lock files, which keep the lock held
+only through the parent's), so opening the path again in the child gets
+:class:`~memcore.errors.StoreLockedError` while the parent holds it; store
+objects the child inherited refuse every call, and closing them in the child
+leaves the parent's engine alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -18,12 +27,45 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 
-from memcore.errors import StoreError, StoreLockedError
+from memcore.errors import InvalidInputError, StoreError, StoreLockedError
 from memcore_qdrant.engine import Engine
 
 LOCK_FILE = ".lock"
 DIR_MODE = 0o700
+
+
+class ProcessLock:
+    """A re-entrant lock that only the process which created it may take.
+
+    In a forked child, taking it raises :class:`~memcore.errors.StoreLockedError`
+    instead of touching an engine the parent owns (or waiting forever on a lock
+    a parent thread held at the fork).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.pid = os.getpid()
+        self._where = where
+        self._lock = threading.RLock()
+
+    def owned(self) -> bool:
+        """Whether this process is the one that opened the store."""
+        return os.getpid() == self.pid
+
+    def __enter__(self) -> None:
+        if not self.owned():
+            raise StoreLockedError(
+                f"the Qdrant store at {self._where} was opened by process {self.pid}, which this "
+                f"process ({os.getpid()}) was forked from; open the store again in this process "
+                "(it is locked while the parent has it open), or use a Qdrant server for several processes"
+            )
+        self._lock.acquire()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._lock.release()
 
 
 @dataclass
@@ -34,12 +76,26 @@ class OpenPath:
     engine: Engine
     kind: str
     lock_fd: int
-    lock: threading.RLock = field(default_factory=threading.RLock)
+    lock: ProcessLock
     users: int = 1
+    closed: threading.Event = field(default_factory=threading.Event)
 
 
 _open: dict[Path, OpenPath] = {}
 _registry_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: drop the parent's open paths, which are not this process's to use."""
+    global _registry_lock
+    _registry_lock = threading.Lock()  # a parent thread may have held it at the fork
+    for opened in _open.values():
+        with contextlib.suppress(OSError):
+            os.close(opened.lock_fd)  # the parent's copy keeps the flock held
+    _open.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def acquire(path: Path, kind: str, open_engine: Callable[[Path], Engine]) -> OpenPath:
@@ -50,41 +106,64 @@ def acquire(path: Path, kind: str, open_engine: Callable[[Path], Engine]) -> Ope
     :param open_engine: opens the engine on the folder, once the lock is held.
     :raises StoreLockedError: if another process holds the folder, or this
         process has it open with another engine.
+    :raises InvalidInputError: if the path is not a valid file name (a NUL byte).
     """
-    key = path.expanduser().resolve()
-    with _registry_lock:
-        opened = _open.get(key)
-        if opened is not None:
-            if opened.kind != kind:
-                raise StoreLockedError(f"{key} is already open in this process with the {opened.kind} engine")
-            opened.users += 1
-            return opened
-        try:
-            key.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            fd = _lock(key)
-        except OSError as exc:
-            raise StoreError(f"cannot open the Qdrant store at {key}: {exc}") from None
-        try:
-            engine = open_engine(key)
-        except BaseException:
-            os.close(fd)
-            raise
-        opened = _open[key] = OpenPath(key, engine, kind, fd)
-        return opened
+    try:
+        key = path.expanduser().resolve()
+    except (ValueError, OSError) as exc:
+        raise InvalidInputError(f"invalid path for a Qdrant store {str(path)!r}: {exc}") from None
+    while True:
+        with _registry_lock:
+            opened = _open.get(key)
+            if opened is None:
+                return _open_path(key, kind, open_engine)
+            if opened.users > 0:
+                if opened.kind != kind:
+                    raise StoreLockedError(
+                        f"{key} is already open in this process with the {opened.kind} engine"
+                    )
+                opened.users += 1
+                return opened
+        opened.closed.wait()  # its last user is closing it: open it afresh once that is done
+
+
+def _open_path(key: Path, kind: str, open_engine: Callable[[Path], Engine]) -> OpenPath:
+    """Lock the folder and open its engine; called with the registry's lock held."""
+    try:
+        key.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        fd = _lock(key)
+    except OSError as exc:
+        raise StoreError(f"cannot open the Qdrant store at {key}: {exc}") from None
+    try:
+        engine = open_engine(key)
+    except BaseException:
+        os.close(fd)
+        raise
+    opened = _open[key] = OpenPath(key, engine, kind, fd, ProcessLock(str(key)))
+    return opened
 
 
 def release(opened: OpenPath) -> None:
-    """Stop using a path; the last user closes the engine and releases the file lock."""
+    """Stop using a path; the last user closes the engine and releases the file lock.
+
+    The engine is closed outside the registry's lock, so that closing one store
+    never holds up opening another; whoever opens this path meanwhile waits for
+    the close to finish. In a forked child this does nothing: the engine is the parent's.
+    """
+    if not opened.lock.owned():
+        return
     with _registry_lock:
         opened.users -= 1
         if opened.users > 0:
             return
-        del _open[opened.path]
-        try:
-            with opened.lock:
-                opened.engine.close()
-        finally:
-            os.close(opened.lock_fd)
+    try:
+        with opened.lock:
+            opened.engine.close()
+    finally:
+        os.close(opened.lock_fd)
+        with _registry_lock:
+            del _open[opened.path]
+        opened.closed.set()
 
 
 def _lock(folder: Path) -> int:

@@ -10,7 +10,7 @@ thread-safe: the store serialises every call under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from uuid import UUID
@@ -43,6 +43,27 @@ class Hit:
     id: UUID
     score: float
     payload: dict[str, Any]
+
+
+Fetch = Callable[[Any, int], tuple[list[Point], Any]]
+"""One scroll request: ``fetch(offset, size)`` gives the points and the next offset (``None`` at the end)."""
+
+
+def pages(fetch: Fetch, limit: int | None = None) -> Iterator[list[Point]]:
+    """Scroll through a result set page by page (:data:`SCROLL_PAGE` points a page), at most ``limit`` points.
+
+    Both engines read whole result sets through this, and :meth:`Engine.purge` copies
+    a shard through it without ever holding more than one page.
+    """
+    offset: Any = None
+    fetched = 0
+    while limit is None or fetched < limit:
+        size = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - fetched)
+        points, offset = fetch(offset, size)
+        fetched += len(points)
+        yield points
+        if offset is None:
+            return
 
 
 class Engine(Protocol):

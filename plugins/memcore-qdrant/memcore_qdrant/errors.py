@@ -26,6 +26,14 @@ class IncompatibleCollectionError(StoreError):
     """
 
 
+class IncompatibleServerError(StoreError):
+    """The Qdrant server is older than memcore-qdrant needs.
+
+    Checked when a ``qdrant+http(s)://`` store opens, against
+    :data:`memcore_qdrant.client_engine.MIN_SERVER_VERSION`; upgrade the server.
+    """
+
+
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
 
 

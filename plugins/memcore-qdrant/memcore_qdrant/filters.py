@@ -23,6 +23,10 @@ payload layout of :mod:`memcore_qdrant.payload`:
 Qdrant compares ranges in 64-bit floats. A range bound of magnitude 2**53 or
 more could compare wrongly with a large stored integer, so such filters raise
 :class:`NeedsExactEvaluation` and the store evaluates them exactly in Python.
+The same holds for ``created_at``, stored in integer microseconds: 2**53 µs from
+1970 is in the year 2255, so a time range beyond (or before 1685) is exact too,
+and so are ``list(after=..., before=...)`` bounds, which the store turns into
+``created_at`` comparisons.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from datetime import datetime
 from typing import TypeAlias
 from uuid import UUID
 
-from memcore.errors import UnsupportedFilterError
 from memcore.filters import And, Comparison, Filter, Not, Or, Scalar
 from memcore.records import INT64_MAX, INT64_MIN
 from memcore.scope import Scope
@@ -177,25 +180,27 @@ def compile_filter(node: Filter) -> Condition:
     return _metadata_comparison(node)
 
 
-def time_range(after: datetime | None, before: datetime | None) -> Condition | None:
-    """The exclusive ``created_at`` bounds of ``list(after=..., before=...)``."""
-    if after is None and before is None:
+def within(node: Filter | None, after: datetime | None, before: datetime | None) -> Filter | None:
+    """``node`` and the exclusive ``created_at`` bounds of ``list(after=..., before=...)``, as one filter.
+
+    The bounds become portable comparisons so that they take the same exact
+    path as a ``created_at`` range in a filter when they are too far out for floats.
+    """
+    bounds: list[Filter] = []
+    if after is not None:
+        bounds.append(Comparison(fields.CREATED_AT, "$gt", after))
+    if before is not None:
+        bounds.append(Comparison(fields.CREATED_AT, "$lt", before))
+    if node is not None:
+        bounds.insert(0, node)
+    if not bounds:
         return None
-    return Range(
-        fields.CREATED_AT,
-        gt=None if after is None else float(fields.micros(after)),
-        lt=None if before is None else float(fields.micros(before)),
-    )
+    return bounds[0] if len(bounds) == 1 else And(tuple(bounds))
 
 
 def text_contains(text: str) -> Condition:
     """Case-insensitive substring search, on the case-folded copy of the content."""
     return MatchSubstring(fields.TEXT, text.casefold())
-
-
-def _unsupported(node: Comparison) -> UnsupportedFilterError:
-    # The parser never produces these; kept so that no clause can ever be dropped silently.
-    return UnsupportedFilterError(f"{node.field}: {node.op} is not supported by the Qdrant store")
 
 
 def _values(node: Comparison) -> tuple[Scalar, ...]:
@@ -211,31 +216,33 @@ def _keyword_comparison(node: Comparison) -> Condition:
         assert isinstance(node.value, str)
         match = Match(key, node.value)
         return match if op == "$eq" else negate(match)
-    if op in ("$in", "$nin"):
-        values = tuple(str(v) for v in _values(node))
-        if op == "$in":
-            return MatchAny(key, values) if values else NOTHING
-        return MatchExcept(key, values) if values else EVERYTHING
-    raise _unsupported(node)
+    # The parser allows no other operator on role and kind (no ranges, no $contains).
+    assert op in ("$in", "$nin"), op
+    values = tuple(str(v) for v in _values(node))
+    if op == "$in":
+        return MatchAny(key, values) if values else NOTHING
+    return MatchExcept(key, values) if values else EVERYTHING
 
 
 def _time_comparison(node: Comparison) -> Condition:
     key, op = fields.CREATED_AT, node.op
     if op == "$exists":
         return EVERYTHING if node.value else NOTHING
-    if op in ("$in", "$nin"):
-        stamps = tuple(fields.micros(v) for v in _values(node) if isinstance(v, datetime))
+    if op in ("$in", "$nin"):  # the parser makes every value a datetime
+        stamps = tuple(fields.micros(v) for v in _values(node))  # type: ignore[arg-type]
         matched = MatchAny(key, stamps) if stamps else NOTHING
         return matched if op == "$in" else negate(matched)
     assert isinstance(node.value, datetime)
     stamp = fields.micros(node.value)
     if op == "$eq":
-        return Match(key, stamp)
+        return Match(key, stamp)  # an integer match: exact
     if op == "$ne":
         return negate(Match(key, stamp))
-    if op in ("$gt", "$gte", "$lt", "$lte"):
-        return Range(key, **{op[1:]: float(stamp)})
-    raise _unsupported(node)
+    # The parser allows no $contains on created_at: a range.
+    assert op in ("$gt", "$gte", "$lt", "$lte"), op
+    if abs(stamp) >= EXACT_FLOAT_LIMIT:
+        raise NeedsExactEvaluation(node.field)
+    return Range(key, **{op[1:]: float(stamp)})
 
 
 def _metadata_comparison(node: Comparison) -> Condition:
@@ -253,19 +260,18 @@ def _metadata_comparison(node: Comparison) -> Condition:
     if op in ("$in", "$nin"):
         member = any_of(_equal_any(key, _values(node)))
         return member if op == "$in" else negate(member)
-    if op in ("$gt", "$gte", "$lt", "$lte"):
-        bound = node.value
-        assert isinstance(bound, int | float) and not isinstance(bound, bool)
-        if abs(bound) >= EXACT_FLOAT_LIMIT:
-            raise NeedsExactEvaluation(node.field)
-        limit = {op[1:]: float(bound)}
-        return any_of(
-            [
-                Range(fields.metadata_path(fields.INT, key), **limit),
-                Range(fields.metadata_path(fields.FLOAT, key), **limit),
-            ]
-        )
-    raise _unsupported(node)
+    assert op in ("$gt", "$gte", "$lt", "$lte"), op
+    bound = node.value
+    assert isinstance(bound, int | float) and not isinstance(bound, bool)
+    if abs(bound) >= EXACT_FLOAT_LIMIT:
+        raise NeedsExactEvaluation(node.field)
+    limit = {op[1:]: float(bound)}
+    return any_of(
+        [
+            Range(fields.metadata_path(fields.INT, key), **limit),
+            Range(fields.metadata_path(fields.FLOAT, key), **limit),
+        ]
+    )
 
 
 def _equal(key: str, value: Scalar) -> list[Condition]:

@@ -29,6 +29,7 @@ from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
 from memcore_qdrant.connections import (
+    API_KEY_ENV,
     DEFAULT_COLLECTION,
     Connection,
     connect_edge,
@@ -47,7 +48,7 @@ from memcore_qdrant.filters import (
     compile_filter,
     scoped,
     text_contains,
-    time_range,
+    within,
 )
 
 
@@ -87,6 +88,8 @@ class QdrantStore(BaseStore):
         location = url.removeprefix("qdrant://")
         if location == url or not location:
             raise InvalidInputError(f"expected qdrant:///path or qdrant://relative/path, got {url!r}")
+        if "\x00" in location:
+            raise InvalidInputError(f"a Qdrant store's path cannot contain a NUL byte: {url!r}")
         return cls(connect_edge(os.path.expanduser(location)))
 
     @classmethod
@@ -177,7 +180,7 @@ class QdrantStore(BaseStore):
         after: datetime | None,
     ) -> builtins.list[MemoryRecord]:
         with self._lock, translated("list records", self.location):
-            where = self._where(scope, node, time_range(after, before))
+            where = self._where(scope, within(node, after, before))
             if limit is not None:
                 return self._ordered(where, order, limit)
             return sorted(_records(self._engine.scroll(where)), key=_order_key, reverse=order == "desc")
@@ -190,6 +193,8 @@ class QdrantStore(BaseStore):
             if query is None:
                 return [ScoredRecord(record=r, score=1.0) for r in self._ordered(where, "desc", limit)]
             if self._engine.dimension() is None:
+                # Not dead code: BaseStore.search lets a query through when an embedder is bound
+                # but no vector was written yet, and Qdrant has no ``dense`` vector to search then.
                 return []
             hits = self._engine.query(query[0].tolist(), where, limit)
             return [
@@ -271,14 +276,23 @@ class QdrantServerStore(QdrantStore):
     @classmethod
     def from_url(cls, url: str) -> Self:
         """Open ``qdrant+http://host:port/collection`` (port default 6333, collection default ``memcore``)."""
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            credentials = parts.username is not None or parts.password is not None
+        except ValueError as exc:  # an unclosed IPv6 bracket
+            raise InvalidInputError(f"invalid Qdrant server URL {url!r}: {exc}") from None
+        if credentials:  # refused before anything echoes the URL, password included
+            raise InvalidInputError(
+                "a Qdrant server URL cannot carry credentials (user:password@); "
+                f"give the API key in the {API_KEY_ENV} environment variable instead"
+            )
         scheme = parts.scheme.removeprefix("qdrant+")
         if scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise InvalidInputError(f"expected qdrant+http(s)://host:port[/collection], got {url!r}")
         try:
             port = parts.port or 6333
-        except ValueError:
-            raise InvalidInputError(f"invalid port in {url!r}") from None
+        except ValueError as exc:  # out of range, or not a number
+            raise InvalidInputError(f"invalid port in {url!r}: {exc}") from None
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         collection = parts.path.strip("/") or DEFAULT_COLLECTION
         return cls(connect_server(f"{scheme}://{host}:{port}", collection))

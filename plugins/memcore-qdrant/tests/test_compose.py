@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from memcore_qdrant.client_engine import MIN_SERVER_VERSION
 
 PLUGIN = Path(__file__).resolve().parents[1]
 COMPOSE = PLUGIN.parents[1] / "docker" / "qdrant"
@@ -55,3 +58,25 @@ def test_the_cluster_has_three_replicating_peers() -> None:
         assert "--bootstrap http://qdrant-node-1:6335" in node["command"]
     published = [port.split(":")[0] for node in services.values() for port in node["ports"]]
     assert len(published) == len(set(published))
+
+
+def _image_version(image: str) -> tuple[int, int, int]:
+    tag = image.removeprefix("qdrant/qdrant:")
+    found = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", tag)
+    assert found is not None, f"pin the Qdrant image to an exact version, not {image!r}"
+    return int(found[1]), int(found[2]), int(found[3])
+
+
+@pytest.mark.parametrize("name", ["single-node.yml", "cluster.yml"])
+def test_the_image_is_a_server_the_plugin_works_with(name: str) -> None:
+    client_major, client_minor = (int(part) for part in version("qdrant-client").split(".")[:2])
+    for service_name, service in _services(name).items():
+        major, minor, _ = _image_version(str(service["image"]))
+        assert (major, minor) >= MIN_SERVER_VERSION, (
+            f"{name}: {service_name} runs Qdrant {major}.{minor}, older than the "
+            f"{MIN_SERVER_VERSION} the plugin needs (MatchSubstring, create_vector_name)"
+        )
+        assert (major, minor) == (client_major, client_minor), (
+            f"{name}: {service_name} runs Qdrant {major}.{minor}; "
+            f"qdrant-client is {client_major}.{client_minor}"
+        )

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
+import tempfile
+import threading
+import tracemalloc
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import qdrant_edge as edge
-from memcore_qdrant import IncompatibleCollectionError, QdrantStore
+from memcore_qdrant import IncompatibleCollectionError, QdrantMemoryStore, QdrantStore, edge_engine
+from memcore_qdrant import engine as engine_module
+from memcore_qdrant import payload as fields
 from memcore_qdrant.meta import write_space
 from qdrant_client import QdrantClient, models
 
@@ -124,3 +131,120 @@ def test_a_collection_with_another_distance_is_refused_by_the_client_engine(tmp_
     client.close()
     with pytest.raises(IncompatibleCollectionError, match="cosine"):
         QdrantStore.open_local_client(tmp_path / "local")
+
+
+def _in_forked_child(url: str, inherited: list[QdrantStore], results: Any) -> None:
+    """What a forked child meets: its own open refused, the parent's store objects refusing calls."""
+    outcome: list[str] = []
+    try:
+        QdrantStore.from_url(url).close()
+        outcome.append("reopened")
+    except StoreLockedError:
+        outcome.append("reopen: StoreLockedError")
+    for store in inherited:
+        try:
+            store.count(Scope(tenant="acme"))
+            outcome.append("inherited: usable")
+        except StoreLockedError:
+            outcome.append("inherited: StoreLockedError")
+        store.close()  # must leave the parent's engine (and the memory store's folder) alone
+    results.put(outcome)
+
+
+def test_a_forked_child_gets_store_locked_error_and_leaves_the_parent_alone(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    url = f"qdrant://{tmp_path / 'store'}"
+    scope = Scope(tenant="acme")
+    with QdrantStore.from_url(url) as store, QdrantMemoryStore.from_url("qdrant+memory://") as memory:
+        store.add([_record(scope, "parent")])
+        memory.add([_record(scope, "parent")])
+        results = context.Queue()
+        child = context.Process(target=_in_forked_child, args=(url, [store, memory], results))
+        child.start()
+        try:
+            outcome = results.get(timeout=30)
+            child.join(timeout=30)
+        finally:
+            if child.is_alive():
+                child.kill()
+        assert outcome == ["reopen: StoreLockedError", *["inherited: StoreLockedError"] * 2]
+        assert child.exitcode == 0
+        store.add([_record(scope, "parent, after the child")])
+        assert store.count(scope) == 2
+        assert memory.count(scope) == 1
+        assert Path(memory.location).is_dir()
+    with QdrantStore.from_url(url) as reopened:
+        assert reopened.count(scope) == 2
+
+
+def test_the_memory_store_lives_in_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not in /dev/shm: a full /dev/shm (64 MB in a container) kills the process with SIGBUS."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with QdrantMemoryStore.from_url("qdrant+memory://") as store:
+        root = Path(store.location)
+        assert root.parent == tmp_path
+        store.add([_record(Scope(tenant="acme"), "x")])
+    assert not root.exists()
+
+
+def test_purge_copies_the_shard_page_by_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records, dim, page = 2_000, 128, 100
+    scope = Scope(tenant="acme")
+    rng = np.random.default_rng(3)
+    with QdrantStore.from_url(f"qdrant://{tmp_path / 'store'}") as store:
+        batch = [_record(scope, f"r{i}") for i in range(records)]
+        store.add(batch, rng.standard_normal((records, dim)).astype(np.float32))
+        store.delete(scope, [batch[0].id])
+        monkeypatch.setattr(engine_module, "SCROLL_PAGE", page)
+        tracemalloc.start()
+        try:
+            store.purge()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        # Every vector as a list of Python floats would take records * dim * 32 bytes (8 MB);
+        # one page of them takes a twentieth of that.
+        assert peak < records * dim * 32 / 5, f"purge held {peak / 2**20:.1f} MiB of Python objects"
+        assert store.count(scope) == records - 1
+        assert store.dimension == dim
+
+
+def test_a_shard_whose_creation_stopped_before_its_indexes_gets_them(tmp_path: Path) -> None:
+    """A crash between writing the shard's config and creating its payload indexes."""
+    root = tmp_path / "store"
+    config = edge.EdgeConfig(sparse_vectors={edge_engine.PLACEHOLDER: edge.EdgeSparseVectorParams()})
+    edge.EdgeShard.create(str(root / "shard"), config).close()
+    scope = Scope(tenant="acme")
+    with QdrantStore.from_url(f"qdrant://{root}") as store:
+        store.add([_record(scope, f"r{i}") for i in range(3)])
+        assert len(store.list(scope, limit=2)) == 2  # ordered reads need the created_at index
+        assert len(store.search(scope, text="r1")) == 1
+    shard = edge.EdgeShard.load(str(root / "shard"))
+    try:
+        indexed = set(shard.info().payload_schema)
+    finally:
+        shard.close()
+    assert indexed >= {*fields.KEYWORD_FIELDS, fields.CREATED_AT}
+
+
+def test_threads_opening_and_closing_one_path_never_see_it_locked(tmp_path: Path) -> None:
+    """The last user closes the engine outside the registry's lock; openers wait for that close."""
+    url = f"qdrant://{tmp_path / 'store'}"
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        for _ in range(10):
+            try:
+                with QdrantStore.from_url(url) as store:
+                    store.count(Scope(tenant="acme"))
+            except BaseException as exc:  # collected for the assertion
+                errors.append(exc)
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from memcore_qdrant import QdrantStore, edge_engine
+from hypothesis import example, given, settings
+from memcore_qdrant import QdrantMemoryStore, QdrantStore, edge_engine
 from memcore_qdrant.client_engine import render_filter
 from memcore_qdrant.engine import Engine, Hit, Point
 from memcore_qdrant.filters import (
@@ -23,7 +24,7 @@ from memcore_qdrant.filters import (
 )
 from qdrant_client import models
 
-from memcore.filters import parse_filter
+from memcore.filters import evaluate, parse_filter
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.testing.strategies import filters
@@ -45,13 +46,32 @@ def _edge_filters(item: Any) -> Iterator[Any]:
                 yield from _edge_filters(child)
 
 
+def _clauses(condition: Condition) -> Iterator[Clause]:
+    if isinstance(condition, Clause):
+        yield condition
+        for child in (*condition.must, *condition.should, *condition.must_not):
+            yield from _clauses(child)
+
+
 @settings(max_examples=200, deadline=None)
 @given(spec=filters())
+@example(spec={"metadata.k": {"$in": []}})
+@example(spec={"metadata.k": {"$nin": []}})
+@example(spec={"$or": [{"metadata.k": {"$in": []}}, {"role": {"$in": []}}]})
+@example(spec={"$not": {"metadata.k": {"$in": []}}})
 def test_no_filter_ever_renders_an_empty_should(spec: dict[str, Any]) -> None:
+    """No compiled filter holds an empty clause, which Qdrant would take as "match everything".
+
+    Checked on the neutral tree itself: once rendered, an empty ``should`` is ``None``
+    and looks exactly like "no should", so the rendered filters cannot show the hazard.
+    """
     try:
-        clause = scoped(Scope(tenant="acme"), compile_filter(parse_filter(spec)))  # type: ignore[arg-type]
+        compiled = compile_filter(parse_filter(spec))  # type: ignore[arg-type]
     except NeedsExactEvaluation:
         return
+    for clause in _clauses(compiled):
+        assert clause.must or clause.should or clause.must_not, f"{spec} compiles to an empty clause"
+    clause = scoped(Scope(tenant="acme"), compiled)
     for rendered in _client_filters(render_filter(clause)):
         assert rendered.should is None or len(rendered.should) > 0
     for rendered in _edge_filters(edge_engine.render_filter(clause)):
@@ -161,3 +181,58 @@ def test_ordered_reads_settle_ties_on_the_boundary(tmp_path: Path) -> None:
         expected = sorted(tied, key=lambda r: r.id.int)
         assert [r.id for r in store.list(scope, limit=2)] == [r.id for r in expected[:2]]
         assert [r.id for r in store.list(scope, limit=2, order="desc")] == [r.id for r in expected[::-1][:2]]
+
+
+FAR = datetime(9000, 1, 1, tzinfo=UTC)
+"""Beyond 2**53 microseconds since 1970: a float64 cannot tell FAR from FAR + 1 µs."""
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"created_at": {"$gt": FAR + timedelta(microseconds=1)}},
+        {"created_at": {"$gte": FAR + timedelta(microseconds=2)}},
+        {"created_at": {"$lt": FAR + timedelta(microseconds=2)}},
+        {"created_at": {"$lte": FAR}},
+        {"$not": {"created_at": {"$gt": FAR}}},
+    ],
+)
+def test_far_future_time_ranges_are_evaluated_exactly(spec: dict[str, Any]) -> None:
+    scope = Scope(tenant="acme")
+    records = [
+        MemoryRecord(
+            scope=scope,
+            message=Message(role="user", content=f"r{i}"),
+            created_at=FAR + timedelta(microseconds=i),
+        )
+        for i in range(4)
+    ]
+    node = parse_filter(spec)  # type: ignore[arg-type]
+    assert node is not None
+    with pytest.raises(NeedsExactEvaluation):
+        compile_filter(node)
+    with QdrantMemoryStore.from_url("qdrant+memory://") as store:
+        store.add(records)
+        expected = [r.id for r in records if evaluate(node, r)]
+        assert [r.id for r in store.list(scope, filter=spec)] == expected
+        assert store.count(scope, filter=spec) == len(expected)
+
+
+def test_far_future_list_bounds_are_exact() -> None:
+    scope = Scope(tenant="acme")
+    records = [
+        MemoryRecord(
+            scope=scope,
+            message=Message(role="user", content=f"r{i}"),
+            created_at=FAR + timedelta(microseconds=i),
+        )
+        for i in range(4)
+    ]
+    with QdrantMemoryStore.from_url("qdrant+memory://") as store:
+        store.add(records)
+        after = store.list(scope, after=FAR + timedelta(microseconds=1))
+        assert [r.id for r in after] == [r.id for r in records[2:]]
+        before = store.list(scope, before=FAR + timedelta(microseconds=2), order="desc", limit=5)
+        assert [r.id for r in before] == [r.id for r in records[1::-1]]
+        both = store.list(scope, after=FAR, before=FAR + timedelta(microseconds=3), filter={"role": "user"})
+        assert [r.id for r in both] == [r.id for r in records[1:3]]

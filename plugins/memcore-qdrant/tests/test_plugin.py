@@ -72,8 +72,18 @@ def test_server_urls(monkeypatch: pytest.MonkeyPatch, url: str, base: str, colle
         (QdrantServerStore, "qdrant+ftp://host"),
         (QdrantServerStore, "qdrant+http://host:notaport"),
         (QdrantServerStore, "qdrant+http://host:6333/bad/name"),
+        (QdrantStore, "qdrant:///tmp/x\x00y"),
+        (QdrantServerStore, "qdrant+http://[::1"),
+        (QdrantServerStore, "qdrant+http://host:99999"),
     ],
 )
 def test_malformed_urls_are_invalid_input(store_class: type[QdrantStore], url: str) -> None:
     with pytest.raises(InvalidInputError):
         store_class.from_url(url)
+
+
+@pytest.mark.parametrize("url", ["qdrant+http://user:s3cret@localhost/c", "qdrant+https://:s3cret@db:443"])
+def test_credentials_in_a_server_url_are_refused(url: str) -> None:
+    with pytest.raises(InvalidInputError, match="QDRANT_API_KEY") as raised:
+        QdrantServerStore.from_url(url)
+    assert "s3cret" not in str(raised.value)
