@@ -36,7 +36,9 @@ def lock_path(lock_file: Path, *, what: str, advice: str) -> int:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         if exc.errno in _BUSY:
-            raise StoreLockedError(f"{what} is already open (process {holder}); {advice}") from None
+            raise StoreLockedError(
+                f"{what} is open in another process or store object (process {holder}); {advice}"
+            ) from None
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)

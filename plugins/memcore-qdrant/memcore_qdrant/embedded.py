@@ -20,8 +20,6 @@ leaves the parent's engine alone.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import threading
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 
 from memcore.errors import InvalidInputError, StoreError, StoreLockedError
+from memcore.locking import lock_path
 from memcore_qdrant.engine import Engine
 
 LOCK_FILE = ".lock"
@@ -131,7 +130,11 @@ def _open_path(key: Path, kind: str, open_engine: Callable[[Path], Engine]) -> O
     """Lock the folder and open its engine; called with the registry's lock held."""
     try:
         key.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        fd = _lock(key)
+        fd = lock_path(
+            key / LOCK_FILE,
+            what=f"the Qdrant store at {key}",
+            advice="close it there first, or run a Qdrant server for several processes",
+        )
     except OSError as exc:
         raise StoreError(f"cannot open the Qdrant store at {key}: {exc}") from None
     try:
@@ -164,21 +167,3 @@ def release(opened: OpenPath) -> None:
         with _registry_lock:
             del _open[opened.path]
         opened.closed.set()
-
-
-def _lock(folder: Path) -> int:
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise StoreLockedError(
-                f"the Qdrant store at {folder} is open in another process ({holder}); "
-                "close it there first, or run a Qdrant server for several processes"
-            ) from None
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
