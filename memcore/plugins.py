@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
@@ -85,6 +85,11 @@ class StoreRegistration:
     store_class: type[BaseStore]
     plugin: str
 
+    @property
+    def key(self) -> str:
+        """What the registration is looked up by: its scheme."""
+        return self.scheme
+
 
 @dataclass(frozen=True)
 class EmbedderRegistration:
@@ -98,6 +103,14 @@ class EmbedderRegistration:
     name: str
     factory: Callable[..., Embedder]
     plugin: str
+
+    @property
+    def key(self) -> str:
+        """What the registration is looked up by: its name."""
+        return self.name
+
+
+_Registration = TypeVar("_Registration", StoreRegistration, EmbedderRegistration)
 
 
 @dataclass(frozen=True)
@@ -365,6 +378,23 @@ def _conflict(kind: str, key: str, first: str, second: str) -> PluginError:
     )
 
 
+def _unique(
+    kind: str, registrations: list[_Registration], target: Callable[[_Registration], object]
+) -> dict[str, _Registration]:
+    """Registrations by key, sorted; two different registrations of one key are a conflict."""
+    registry: dict[str, _Registration] = {}
+    for registration in registrations:
+        known = registry.setdefault(registration.key, registration)
+        if known != registration:
+            raise _conflict(
+                kind,
+                registration.key,
+                f"{known.plugin!r} ({_qualified_name(target(known))})",
+                f"{registration.plugin!r} ({_qualified_name(target(registration))})",
+            )
+    return dict(sorted(registry.items()))
+
+
 def store_classes() -> dict[str, StoreRegistration]:
     """Every URL scheme the loaded plugins can open, and who registered it.
 
@@ -372,17 +402,8 @@ def store_classes() -> dict[str, StoreRegistration]:
     :raises PluginError: if two plugins (or two classes) claim the same scheme,
         or a plugin registers something that is not a store class.
     """
-    registry: dict[str, StoreRegistration] = {}
-    for registration in _store_registrations(get_plugin_manager()):
-        known = registry.setdefault(registration.scheme, registration)
-        if known != registration:
-            raise _conflict(
-                "URL scheme",
-                registration.scheme,
-                f"{known.plugin!r} ({_qualified_name(known.store_class)})",
-                f"{registration.plugin!r} ({_qualified_name(registration.store_class)})",
-            )
-    return dict(sorted(registry.items()))
+    registrations = _store_registrations(get_plugin_manager())
+    return _unique("URL scheme", registrations, lambda r: r.store_class)
 
 
 def embedder_factories() -> dict[str, EmbedderRegistration]:
@@ -391,17 +412,8 @@ def embedder_factories() -> dict[str, EmbedderRegistration]:
     :returns: embedder name to its registration, sorted by name.
     :raises PluginError: if two plugins (or two factories) claim the same name.
     """
-    registry: dict[str, EmbedderRegistration] = {}
-    for registration in _embedder_registrations(get_plugin_manager()):
-        known = registry.setdefault(registration.name, registration)
-        if known != registration:
-            raise _conflict(
-                "embedder",
-                registration.name,
-                f"{known.plugin!r} ({_qualified_name(known.factory)})",
-                f"{registration.plugin!r} ({_qualified_name(registration.factory)})",
-            )
-    return dict(sorted(registry.items()))
+    registrations = _embedder_registrations(get_plugin_manager())
+    return _unique("embedder", registrations, lambda r: r.factory)
 
 
 def plugin_infos() -> list[PluginInfo]:
