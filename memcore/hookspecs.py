@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from memcore.bench.raw import RawClient
     from memcore.embedders.base import Embedder
     from memcore.store import BaseStore
 
@@ -67,4 +68,21 @@ def memcore_register_embedders(register: Callable[[str, Callable[..., Embedder]]
         A name claimed by two plugins makes every lookup fail with
         :class:`~memcore.errors.PluginError`.
     :returns: nothing; the return value is ignored.
+    """
+
+
+@hookspec(firstresult=True)
+def memcore_bench_raw_client(url: str) -> RawClient | None:
+    """The engine behind the store ``url`` names, driven through its own client: a baseline.
+
+    Called by ``memcore bench`` once per benchmarked store URL; the first plugin
+    returning a client wins. The bench runs the same operations through the store and through this
+    client, in the same run, and reports memcore's adapter overhead as the median
+    ratio of their times (see :mod:`memcore.bench.overhead`). Import the client
+    library inside the implementation.
+
+    :param url: a store URL of a scheme this plugin registered; its path (if any)
+        is a fresh folder for the raw client's own data, not the store's.
+    :returns: a :class:`memcore.bench.raw.RawClient`, or ``None`` if this plugin
+        has no baseline for the URL (the next plugin is asked).
     """

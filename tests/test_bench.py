@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
+import pytest
+
+from memcore import hookimpl
 from memcore.cli import main
+from memcore.plugins import get_plugin_manager
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+from memcore.testing.raw_baseline import check_raw_baseline
 
 
 def test_quick_bench_writes_json_markdown_and_plots(tmp_path: Path, capsys: object) -> None:
@@ -27,7 +37,7 @@ def test_quick_bench_writes_json_markdown_and_plots(tmp_path: Path, capsys: obje
     assert results["machine"]["command"].startswith("memcore")
     table = (out / "results.md").read_text()
     assert "numpy floor" in table and "| memory:// | 5000 |" in table
-    for plot in ("latency.png", "selectivity.png"):
+    for plot in ("latency.png", "selectivity.png", "recall.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -76,3 +86,65 @@ def test_locomo_recall_on_a_small_conversation(tmp_path: Path) -> None:
     )
     assert 0 < locomo["recall"]["overall"]["recall@1"] <= 1.0
     assert "| overall |" in (out / "results.md").read_text()
+
+
+class _DictRawClient:
+    """A raw baseline for ``memory://`` in tests: JSON documents and vectors in a dict."""
+
+    def __init__(self) -> None:
+        self.documents: dict[UUID, tuple[Scope, str, Any]] = {}
+
+    def prepare(self, records: list[MemoryRecord], vectors: Any) -> list[tuple[UUID, Scope, str, Any]]:
+        return [(r.id, r.scope, r.model_dump_json(), v) for r, v in zip(records, vectors, strict=True)]
+
+    def add(self, prepared: list[tuple[UUID, Scope, str, Any]]) -> None:
+        for record_id, scope, document, vector in prepared:
+            self.documents[record_id] = (scope, document, vector)
+
+    def search(self, scope: Scope, vector: Any, limit: int) -> list[Any]:
+        hits = [(float(v @ vector), d) for s, d, v in self.documents.values() if scope.matches(s)]
+        return [json.loads(d) for _, d in sorted(hits, reverse=True)[:limit]]
+
+    def get(self, scope: Scope, ids: list[UUID]) -> list[Any]:
+        found = [self.documents[i] for i in ids if i in self.documents]
+        return [json.loads(d) for s, d, _ in found if scope.matches(s)]
+
+    def delete(self, scope: Scope, ids: list[UUID]) -> None:
+        for record_id in ids:
+            if record_id in self.documents and scope.matches(self.documents[record_id][0]):
+                del self.documents[record_id]
+
+    def close(self) -> None:
+        self.documents.clear()
+
+
+class _DictBaseline:
+    @hookimpl
+    def memcore_bench_raw_client(self, url: str) -> _DictRawClient | None:
+        return _DictRawClient() if url == "memory://" else None
+
+
+@pytest.fixture
+def dict_baseline() -> Iterator[None]:
+    manager = get_plugin_manager()
+    manager.register(_DictBaseline(), name="dict-baseline")
+    try:
+        yield
+    finally:
+        manager.unregister(name="dict-baseline")
+
+
+def test_the_dict_baseline_does_what_memory_does(dict_baseline: None) -> None:
+    check_raw_baseline("memory://")
+
+
+def test_bench_reports_adapter_overhead_where_a_raw_client_exists(
+    dict_baseline: None, tmp_path: Path
+) -> None:
+    out = tmp_path / "bench"
+    arguments = ["bench", "--quick", "--stores", "memory://,jsonl://{tmp}", "--dim", "16", "--out", str(out)]
+    assert main([*arguments, "--agent-loop", "0"]) == 0
+    overhead = json.loads((out / "results.json").read_text())["adapter_overhead"]
+    assert [row["store"] for row in overhead] == ["memory://"], "jsonl has no raw client"
+    assert all(overhead[0][op]["ratio"] > 0 for op in ("add", "search", "get", "delete"))
+    assert "| memory:// | " in (out / "results.md").read_text().split("Adapter overhead")[1]

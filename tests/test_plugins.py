@@ -18,6 +18,7 @@ import pytest
 
 import memcore
 from memcore import builtin_plugins, hookspecs
+from memcore.bench.raw import raw_client
 from memcore.embedders.base import Embedder
 from memcore.embedders.hashing import MAX_DIM, HashEmbedder
 from memcore.errors import InvalidInputError, PluginError, UnknownPluginError
@@ -42,6 +43,8 @@ from memcore.stores.memory import MemoryStore
 HOOK_NAMES = sorted(
     name for name in vars(hookspecs) if pluggy.PluginManager("memcore").parse_hookspec_opts(hookspecs, name)
 )
+REGISTRATION_HOOKS = ["memcore_register_embedders", "memcore_register_stores"]
+"""The hooks memcore's built-ins implement (the others are for plugins only)."""
 
 
 @pytest.fixture
@@ -71,6 +74,20 @@ def test_hook_memcore_register_stores(stub_plugin: Any) -> None:
     assert registry["stub"].plugin == stub_plugin.name
     with open_store("stub+extra://anything") as store:
         assert isinstance(store, stub_plugin.store_class)
+
+
+def test_hook_memcore_bench_raw_client(register_plugin: Callable[[object, str], None]) -> None:
+    baseline = object()
+
+    class _Baseline:
+        @hookimpl
+        def memcore_bench_raw_client(self, url: str) -> object | None:
+            return baseline if url.startswith("memory://") else None
+
+    assert raw_client("memory://") is None, "the built-ins have no raw client: they are memcore's own"
+    register_plugin(_Baseline(), "baseline")
+    assert raw_client("memory://") is baseline
+    assert raw_client("jsonl:///tmp/x") is None
 
 
 def test_hook_memcore_register_embedders(stub_plugin: Any) -> None:
@@ -582,7 +599,7 @@ def test_plugin_infos_for_builtins_and_registered_plugins(stub_plugin: Any) -> N
     infos = {info.name: info for info in plugin_infos()}
     builtin = infos[BUILTIN_PLUGIN_NAME]
     assert (builtin.distribution, builtin.version) == (None, None)
-    assert builtin.hooks == tuple(HOOK_NAMES)
+    assert builtin.hooks == tuple(REGISTRATION_HOOKS)
     assert builtin.stores == {
         "memory": "memcore.stores.memory.MemoryStore",
         "jsonl": "memcore.stores.jsonl.JsonlStore",
@@ -621,7 +638,7 @@ def test_importing_memcore_is_cheap() -> None:
 
 
 def test_hookspecs_exist() -> None:
-    assert HOOK_NAMES == ["memcore_register_embedders", "memcore_register_stores"]
+    assert ["memcore_bench_raw_client", *REGISTRATION_HOOKS] == HOOK_NAMES
 
 
 @pytest.mark.parametrize("hook_name", HOOK_NAMES)
@@ -633,7 +650,7 @@ def test_hookspec_is_documented(hook_name: str) -> None:
     assert ":returns:" in doc
 
 
-@pytest.mark.parametrize("hook_name", HOOK_NAMES)
+@pytest.mark.parametrize("hook_name", REGISTRATION_HOOKS)
 def test_hookspec_is_implemented_by_the_builtins(hook_name: str) -> None:
     callers = get_plugin_manager().get_hookcallers(builtin_plugins) or []
     assert hook_name in {caller.name for caller in callers}

@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from memcore.bench.progress import Progress
 from memcore.embedders.base import Embedder
 from memcore.memories import VectorMemory
 from memcore.policy import MemoryPolicy
@@ -64,13 +65,13 @@ def _turns(conversation: dict[str, Any]) -> list[dict[str, Any]]:
     return [turn for key in sessions for turn in conversation[key]]
 
 
-def run_locomo(path: Path, embedder: Embedder) -> dict[str, Any]:
+def run_locomo(path: Path, embedder: Embedder, progress: Progress) -> dict[str, Any]:
     """Recall@1/5/10 per category and overall, and the recall latency, over every conversation in ``path``."""
     samples = json.loads(path.read_text())
     counts: dict[str, int] = defaultdict(int)
     hits: dict[str, dict[int, list[float]]] = defaultdict(lambda: {k: [] for k in KS})
     latencies: list[float] = []
-    for sample in samples:
+    for done, sample in enumerate(samples, 1):
         scope = Scope(tenant="locomo", user_id=str(sample["sample_id"]))
         memory = VectorMemory(
             MemoryStore(), embedder, scope, policy=MemoryPolicy(limit=max(KS), scope="session")
@@ -99,6 +100,7 @@ def run_locomo(path: Path, embedder: Embedder) -> dict[str, Any]:
                 share = len(set(ranked[:k]) & set(evidence)) / len(evidence)
                 hits[category][k].append(share)
                 hits["overall"][k].append(share)
+        progress("conversations", done, len(samples))
     latencies.sort()
     return {
         "questions": len(hits["overall"][KS[0]]),

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from memcore.bench.dataset import SELECTIVITIES
+from memcore.bench.overhead import OPERATIONS as OVERHEAD_OPERATIONS
 
 CASES = ("all", *(f"scope-{p}%" for p in SELECTIVITIES), *(f"filter-{p}%" for p in SELECTIVITIES))
 
@@ -32,6 +33,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         "recall@10",
         "delete p50",
         "x floor (scope-10%)",
+        "peak MiB",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in results["runs"]:
@@ -40,10 +42,26 @@ def markdown_table(results: dict[str, Any]) -> str:
         cells = [run["store"], str(run["size"]), str(run["insert_records_per_s"])]
         cells += [f"{search[case]['p50_ms']:.2f}" for case in CASES]
         cells += [f"{search['recall_at_10']:.3f}", f"{run['delete']['p50_ms']:.2f}", f"{ratio:.2f}"]
+        cells.append(str(run["peak_rss_growth_mb"]))
         lines.append("| " + " | ".join(cells) + " |")
     for run in _one_run_per_size(results["runs"]):
         cells = ["numpy floor", str(run["size"]), "-", *(f"{run['floor'][c]['p50_ms']:.2f}" for c in CASES)]
-        lines.append("| " + " | ".join([*cells, "1.000", "-", "1.00"]) + " |")
+        lines.append("| " + " | ".join([*cells, "1.000", "-", "1.00", "-"]) + " |")
+    if results.get("adapter_overhead"):
+        lines += [
+            "",
+            "Adapter overhead: median over paired samples of memcore's time / the raw client's "
+            "(memcore ms / raw ms, medians)",
+            "",
+            "| store | " + " | ".join(OVERHEAD_OPERATIONS) + " |",
+            "|---|" + "---|" * len(OVERHEAD_OPERATIONS),
+        ]
+        for row in results["adapter_overhead"]:
+            cells = [
+                f"{row[op]['ratio']:.2f}x ({row[op]['memcore_ms']:.2f} / {row[op]['raw_ms']:.2f})"
+                for op in OVERHEAD_OPERATIONS
+            ]
+            lines.append(f"| {row['store']} | " + " | ".join(cells) + " |")
     if results.get("many_tenants"):
         lines += ["", "| store | tenants x records | scoped search p50 | p99 |", "|---|---|---|---|"]
         for row in results["many_tenants"]:
@@ -72,7 +90,8 @@ def _one_run_per_size(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_plots(results: dict[str, Any], folder: Path) -> list[Path]:
-    """``latency.png`` (p50 against size, per store) and ``selectivity.png`` (p50 against selectivity)."""
+    """``latency.png`` (p50 against size, per store), ``selectivity.png`` (p50 against selectivity)
+    and ``recall.png`` (recall@10 per store and size)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,6 +126,17 @@ def write_plots(results: dict[str, Any], folder: Path) -> list[Path]:
     axes.set(xscale="log", xlabel="selectivity, % of records", ylabel=f"search p50 at {largest} records, ms")
     axes.legend(fontsize=7)
     paths.append(_save(figure, folder / "selectivity.png"))
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    sizes = sorted({run["size"] for run in runs})
+    width = 0.8 / len(stores)
+    for offset, store in enumerate(stores):
+        recall = {r["size"]: r["search"]["recall_at_10"] for r in runs if r["store"] == store}
+        positions = [i + offset * width for i, size in enumerate(sizes) if size in recall]
+        axes.bar(positions, [recall[size] for size in sizes if size in recall], width, label=store)
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(sizes))], [str(size) for size in sizes])
+    axes.set(xlabel="records", ylabel="recall@10 against exact search", ylim=(0, 1.05))
+    axes.legend(fontsize=7, loc="lower left")
+    paths.append(_save(figure, folder / "recall.png"))
     return paths
 
 

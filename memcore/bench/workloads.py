@@ -10,7 +10,6 @@ every query scoped) as agent memory in a multi-user service looks.
 from __future__ import annotations
 
 import contextlib
-import resource
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +28,8 @@ from memcore.bench.dataset import (
     selective_scope,
 )
 from memcore.bench.floor import ExactFloor
+from memcore.bench.progress import Progress
+from memcore.bench.rss import PeakRss
 from memcore.bench.timing import sample, summary
 from memcore.plugins import open_store
 from memcore.records import MemoryRecord, Message
@@ -37,7 +38,6 @@ from memcore.store import Store
 
 BATCH = 1_000
 K = 10
-Progress = Callable[[str], None]
 
 
 @contextlib.contextmanager
@@ -51,10 +51,6 @@ def opened(url: str) -> Iterator[Store]:
             store.close()
 
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def insert(store: Store, dataset: Dataset, progress: Progress) -> tuple[list[UUID], float]:
     """Write every record with its vector in batches; return the ids by row and records per second."""
     ids: list[UUID] = []
@@ -66,7 +62,7 @@ def insert(store: Store, dataset: Dataset, progress: Progress) -> tuple[list[UUI
         store.add(records, dataset.vectors[start:stop])
         seconds += time.perf_counter() - began
         ids += [r.id for r in records]
-        progress(f"insert {stop}/{dataset.size}")
+        progress("insert", stop, dataset.size)
     return ids, dataset.size / seconds
 
 
@@ -91,7 +87,7 @@ def search_workloads(
             )
         )
     position = {record_id: row for row, record_id in enumerate(ids)}
-    for name, scope_for, spec, rows_for in cases:
+    for done, (name, scope_for, spec, rows_for) in enumerate(cases, 1):
         floors = {i: ExactFloor(dataset.vectors, rows_for(i)) for i in range(min(queries, 4))}
 
         def run_store(i: int, scope_for: Callable[[int], Scope] = scope_for, spec: Any = spec) -> Any:
@@ -105,7 +101,7 @@ def search_workloads(
         floor_results[name] = summary(sample(run_floor, queries))
         if name == "all":
             store_results["recall_at_10"] = _recall(run_store, run_floor, position, queries)
-        progress(f"search {name}")
+        progress("search", done, len(cases))
     return store_results, floor_results
 
 
@@ -137,10 +133,12 @@ def delete_latency(store: Store, ids: list[UUID], count: int) -> dict[str, float
     return summary(sample(lambda i: store.delete(Scope(tenant=TENANT), [victims[i]]), len(victims), warmup=0))
 
 
-def many_tenants(url: str, dim: int, tenants: int, per_tenant: int, queries: int) -> dict[str, Any]:
+def many_tenants(
+    url: str, dim: int, tenants: int, per_tenant: int, queries: int, progress: Progress
+) -> dict[str, Any]:
     """Insert ``tenants`` scopes of ``per_tenant`` records, then time queries each scoped to one tenant."""
     rng = np.random.default_rng(1)
-    with opened(url) as store:
+    with PeakRss() as memory, opened(url) as store:
         for tenant in range(tenants):
             scope = Scope(tenant=f"t{tenant}", user_id="u")
             records = [
@@ -148,18 +146,23 @@ def many_tenants(url: str, dim: int, tenants: int, per_tenant: int, queries: int
                 for i in range(per_tenant)
             ]
             store.add(records, rng.standard_normal((per_tenant, dim)).astype(np.float32))
+            progress("many tenants: insert", tenant + 1, tenants)
         vectors = rng.standard_normal((queries, dim)).astype(np.float32)
         picks = rng.integers(0, tenants, queries)
         result = summary(
             sample(lambda i: store.search(Scope(tenant=f"t{picks[i]}"), vector=vectors[i], limit=K), queries)
         )
-    return {"tenants": tenants, "records_per_tenant": per_tenant, **result}
+    return {
+        "tenants": tenants,
+        "records_per_tenant": per_tenant,
+        **result,
+        "peak_rss_growth_mb": memory.growth_mb,
+    }
 
 
 def run_store(url: str, dataset: Dataset, queries: int, progress: Progress) -> dict[str, Any]:
     """Every workload on the store ``url`` names, and the floor's figures for the same queries."""
-    rss_before = _rss_mb()
-    with opened(url) as store:
+    with PeakRss() as memory, opened(url) as store:
         ids, rate = insert(store, dataset, progress)
         searches, floor = search_workloads(store, dataset, ids, queries, progress)
         deletes = delete_latency(store, ids, min(100, dataset.size))
@@ -171,5 +174,5 @@ def run_store(url: str, dataset: Dataset, queries: int, progress: Progress) -> d
         "search": searches,
         "floor": floor,
         "delete": deletes,
-        "peak_rss_growth_mb": round(_rss_mb() - rss_before, 1),
+        "peak_rss_growth_mb": memory.growth_mb,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import sys
@@ -14,6 +15,8 @@ from typing import Any
 from memcore.bench.agent_loop import run_agent_loop
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
 from memcore.bench.locomo import run_locomo
+from memcore.bench.overhead import adapter_overhead
+from memcore.bench.progress import ProgressBars
 from memcore.bench.report import locomo_table, markdown_table, write_json, write_plots
 from memcore.bench.workloads import many_tenants, run_store
 from memcore.errors import InvalidInputError
@@ -35,7 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="benchmark stores side by side against the exact-search floor",
         description="Insert, search (whole tenant, by scope and by filter at 1/10/50 %% selectivity), "
         "recall@10 and delete on each store, the same queries on an exact numpy floor, and a "
-        "many-tenants workload. Writes results.json, results.md and PNG plots to --out.",
+        "many-tenants workload, adapter overhead against each plugin's raw client, and the agent loop. "
+        "Writes results.json, results.md and PNG plots to --out.",
     )
     parser.add_argument(
         "--stores",
@@ -82,17 +86,19 @@ def _dataset(args: argparse.Namespace, size: int, queries: int) -> Dataset:
     return npy_dataset(path, size, queries)
 
 
-def _progress(label: str) -> Any:
-    def report(step: str) -> None:
-        if sys.stderr.isatty():
-            print(f"\r{label}: {step:<40}", end="", file=sys.stderr, flush=True)
-
-    return report
-
-
 def _machine() -> dict[str, Any]:
     versions = {}
-    for name in ("memcore", "numpy", "qdrant-edge-py", "qdrant-client", "chromadb"):
+    for name in (
+        "memcore",
+        "memcore-qdrant",
+        "memcore-chroma",
+        "numpy",
+        "qdrant-edge-py",
+        "qdrant-client",
+        "chromadb",
+        "sentence-transformers",
+        "torch",
+    ):
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -109,42 +115,63 @@ def _machine() -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Run every workload on every store and size (or, with a LoCoMo ``--data``, the recall benchmark);
     print the table and write the outputs."""
+    _check_bench_extra()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"machine": _machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    with ProgressBars() as bars:
+        if args.data.endswith(".json"):
+            results["locomo"] = run_locomo(
+                Path(args.data), open_embedder(args.embedder), bars.labelled("LoCoMo")
+            )
+        else:
+            _run_workloads(args, results, bars)
+    write_json(results, out)
+    if "locomo" in results:
+        table = locomo_table(results["locomo"])
+        outputs = "results.json, results.md"
+    else:
+        table = markdown_table(results)
+        write_plots(results, out)
+        outputs = "results.json, results.md, latency.png, selectivity.png, recall.png"
+    (out / "results.md").write_text(table)
+    print(table)
+    print(f"outputs in {out}/: {outputs}")
+    return 0
+
+
+def _run_workloads(args: argparse.Namespace, results: dict[str, Any], bars: ProgressBars) -> None:
     sizes = [1_000, 5_000] if args.quick else [int(size) for size in args.sizes.split(",")]
     queries = 30 if args.quick else args.queries
     stores = args.stores.split(",") if args.stores else default_stores()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {
-        "machine": _machine(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "runs": [],
-    }
-    if args.data.endswith(".json"):
-        results["locomo"] = run_locomo(Path(args.data), open_embedder(args.embedder))
-        write_json(results, out)
-        table = locomo_table(results["locomo"])
-        (out / "results.md").write_text(table)
-        print(table)
-        return 0
+    results["runs"] = []
     for size in sizes:
         dataset = _dataset(args, size, queries)
         for url in stores:
-            results["runs"].append(run_store(url, dataset, queries, _progress(f"{url} {size}")))
+            results["runs"].append(run_store(url, dataset, queries, bars.labelled(f"{url} {size}")))
+    samples, batch = (6, 100) if args.quick else (20, 500)
+    results["adapter_overhead"] = []
+    for url in stores:
+        overhead = adapter_overhead(url, dataset, samples, batch, bars.labelled(url))
+        if overhead is not None:
+            results["adapter_overhead"].append({"store": url, **overhead})
     tenants, per_tenant = (100, 20) if args.quick else (1_000, 100)
     results["many_tenants"] = [
-        {"store": url, **many_tenants(url, args.dim, tenants, per_tenant, queries)} for url in stores
+        {"store": url, **many_tenants(url, args.dim, tenants, per_tenant, queries, bars.labelled(url))}
+        for url in stores
     ]
     turns = min(args.agent_loop, 400) if args.quick else args.agent_loop
     if turns:
         embedder = open_embedder(args.embedder)
         questions = 20 if args.quick else 200
-        results["agent_loop"] = [run_agent_loop(url, embedder, turns, questions) for url in stores]
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
-    write_json(results, out)
-    table = markdown_table(results)
-    (out / "results.md").write_text(table)
-    write_plots(results, out)
-    print(table)
-    print(f"outputs in {out}/: results.json, results.md, latency.png, selectivity.png")
-    return 0
+        results["agent_loop"] = [
+            run_agent_loop(url, embedder, turns, questions, bars.labelled(url)) for url in stores
+        ]
+
+
+def _check_bench_extra() -> None:
+    for module in ("rich", "matplotlib"):
+        if importlib.util.find_spec(module) is None:
+            raise InvalidInputError(
+                f"memcore bench needs {module}: pip install 'memcore[bench]' (it brings rich and matplotlib)"
+            )

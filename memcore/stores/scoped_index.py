@@ -240,8 +240,9 @@ class ScopedIndex:
         vector = query[0]
         with single_blas_thread():
             scores = np.concatenate([p.vectors[: p.size] @ vector for p in parts])
-        owners = np.concatenate([np.full(p.size, i, dtype=np.intp) for i, p in enumerate(parts)])
-        rows = np.concatenate([np.arange(p.size, dtype=np.intp) for p in parts])
+        # Where each partition's rows start in ``scores``: a position maps back to its
+        # partition and row only for the few ranked hits, not for every candidate.
+        starts = np.cumsum([0, *(p.size for p in parts)])
         usable = np.concatenate(
             [
                 p.has_vector[: p.size] if m is None else p.has_vector[: p.size] & m
@@ -254,13 +255,14 @@ class ScopedIndex:
             candidates = candidates[top]
         ranked = candidates[np.argsort(-scores[candidates], kind="stable")]
         hits: list[ScoredRecord] = []
-        for position in ranked:
-            record = parts[owners[position]].records[rows[position]]
+        for position in ranked.tolist():
+            owner = int(np.searchsorted(starts, position, side="right")) - 1
+            record = parts[owner].records[position - starts[owner]]
             if text is not None and not text_matches(text, record.message.content):
                 continue
             if not exact and not evaluate(node, record):
                 continue
-            score = float(np.clip(scores[position], -1.0, 1.0))
+            score = min(1.0, max(-1.0, float(scores[position])))
             hits.append(ScoredRecord(record=record, score=score))
             if len(hits) == limit:
                 break

@@ -1,12 +1,17 @@
-"""The memcore plugin entry point: registers the Chroma stores."""
+"""The memcore plugin entry point: registers the Chroma stores and their benchmark baseline."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memcore import hookimpl
 from memcore.store import BaseStore
 from memcore_chroma.store import ChromaHttpStore, ChromaMemoryStore, ChromaStore
+
+if TYPE_CHECKING:
+    from memcore_chroma.raw_baseline import RawChroma
 
 
 @hookimpl
@@ -15,3 +20,15 @@ def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None
     register(ChromaStore)
     register(ChromaMemoryStore)
     register(ChromaHttpStore)
+
+
+@hookimpl
+def memcore_bench_raw_client(url: str) -> RawChroma | None:
+    """Raw chromadb on a folder, for the embedded form ``chroma://PATH`` only."""
+    if not url.startswith("chroma://"):
+        return None
+    from memcore_chroma.raw_baseline import RawChroma
+    from memcore_chroma.urls import embedded_path
+
+    location, _ = embedded_path(url)
+    return RawChroma(Path(location))

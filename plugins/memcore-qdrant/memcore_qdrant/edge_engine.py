@@ -103,11 +103,11 @@ def _edge_point(point: Point) -> edge.Point:
 def _create_shard(path: Path) -> edge.EdgeShard:
     config = edge.EdgeConfig(sparse_vectors={PLACEHOLDER: edge.EdgeSparseVectorParams()})
     shard = edge.EdgeShard.create(str(path), config)
-    _ensure_indexes(shard)
+    ensure_indexes(shard)
     return shard
 
 
-def _ensure_indexes(shard: edge.EdgeShard) -> None:
+def ensure_indexes(shard: edge.EdgeShard) -> None:
     """Create whichever of memcore's payload indexes the shard lacks (all of them on a new shard)."""
     present = set(shard.info().payload_schema)
     for name in fields.KEYWORD_FIELDS:
@@ -172,7 +172,7 @@ class EdgeEngine:
             self._dimension = _dense_vector(shard_path)
             self._shard = edge.EdgeShard.load(str(shard_path))
             try:
-                _ensure_indexes(self._shard)  # a creation cut short by a crash left some out
+                ensure_indexes(self._shard)  # a creation cut short by a crash left some out
             except BaseException:
                 self._shard.close()
                 raise

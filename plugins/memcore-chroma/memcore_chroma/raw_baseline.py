@@ -1,0 +1,73 @@
+"""The raw-chromadb baseline of ``memcore bench``'s adapter overhead (see :mod:`memcore.bench.raw`).
+
+An embedded ``PersistentClient`` with a cosine collection, written with the same
+documents and flat metadata the store writes, queried with the same scope
+``where`` clauses, its JSON documents parsed on read. What remains between the
+two sides is memcore's own work: validation, the id-ownership check on add,
+encoding, decoding into models, filter compilation, the count a delete reports.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import chromadb
+
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+from memcore.validation import Matrix
+from memcore_chroma.connection import client_settings
+from memcore_chroma.encoding import VECTOR_KEY, Where, all_of, encode, flat_metadata, scope_clauses
+from memcore_chroma.opening import COSINE
+
+
+def _parsed(documents: Sequence[str | None] | None) -> list[Any]:
+    return [json.loads(d) for d in documents or () if d is not None]
+
+
+def _scoped(scope: Scope, *extra: Where) -> Where | None:
+    return all_of([*scope_clauses(scope), *extra])
+
+
+class RawChroma:
+    """A chromadb collection in ``path``, used the way the store uses it, without memcore."""
+
+    def __init__(self, path: Path) -> None:
+        self._client = chromadb.PersistentClient(path=str(path), settings=client_settings())
+        self._collection = self._client.create_collection(
+            "bench", configuration=COSINE, embedding_function=None
+        )
+
+    def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> dict[str, Any]:
+        return {
+            "ids": [str(r.id) for r in records],
+            "embeddings": vectors,
+            "documents": [encode(r) for r in records],
+            "metadatas": [flat_metadata(r, True) for r in records],
+        }
+
+    def add(self, prepared: dict[str, Any]) -> None:
+        self._collection.upsert(**prepared)
+
+    def search(self, scope: Scope, vector: Matrix, limit: int) -> list[Any]:
+        found = self._collection.query(
+            query_embeddings=vector.reshape(1, -1),
+            n_results=limit,
+            where=_scoped(scope, {VECTOR_KEY: True}),
+            include=["documents", "distances"],
+        )
+        return _parsed((found["documents"] or [[]])[0])
+
+    def get(self, scope: Scope, ids: Sequence[UUID]) -> list[Any]:
+        found = self._collection.get(ids=[str(i) for i in ids], where=_scoped(scope), include=["documents"])
+        return _parsed(found["documents"])
+
+    def delete(self, scope: Scope, ids: Sequence[UUID]) -> None:
+        self._collection.delete(ids=[str(i) for i in ids], where=_scoped(scope))
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[attr-defined]  # on chromadb's Client, not on ClientAPI
