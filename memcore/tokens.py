@@ -10,6 +10,7 @@ object with a matching ``count`` method will do.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -83,8 +84,21 @@ class HeuristicTokenCounter:
         return tokens
 
     def _text_tokens(self, text: str) -> int:
-        tokens = 0
-        for piece in _PIECE.findall(text):
-            non_ascii = 0 if piece.isascii() else sum(not char.isascii() for char in piece)
-            tokens += math.ceil((len(piece) - non_ascii) / self.CHARS_PER_TOKEN) + non_ascii
-        return tokens
+        if len(text) > _MEMOISED_CHARS:
+            return _estimate.__wrapped__(text, self.CHARS_PER_TOKEN)
+        return _estimate(text, self.CHARS_PER_TOKEN)
+
+
+_MEMOISED_CHARS = 4_096
+"""Texts up to this long have their estimate memoised (at most a few tens of MB held)."""
+
+
+# Memoised: a context creator counts the same messages many times while it fits a budget,
+# and an agent's window repeats from one turn to the next.
+@functools.lru_cache(maxsize=8_192)
+def _estimate(text: str, chars_per_token: int) -> int:
+    tokens = 0
+    for piece in _PIECE.findall(text):
+        non_ascii = 0 if piece.isascii() else sum(not char.isascii() for char in piece)
+        tokens += math.ceil((len(piece) - non_ascii) / chars_per_token) + non_ascii
+    return tokens

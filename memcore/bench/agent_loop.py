@@ -69,22 +69,31 @@ def conversation(agent: int, pairs: int, seed: int) -> list[tuple[str, str]]:
 
 
 class ReferenceMemory:
-    """The floor for the agent loop: a list and a growing numpy matrix, no scope, no durability."""
+    """The floor for the agent loop: a list and a numpy matrix, no scope, no durability.
+
+    The matrix grows by doubling, as a careful hand-written loop would, so the
+    reference never pays a quadratic copy that would flatter memcore's ratio.
+    """
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self.messages: list[str] = []
-        self.vectors = np.zeros((0, embedder.dim), dtype=np.float32)
+        self._vectors = np.zeros((1024, embedder.dim), dtype=np.float32)
 
     def write(self, texts: list[str]) -> None:
         vectors = normalize_rows(np.asarray(self.embedder.embed(texts), dtype=np.float32))
+        size = len(self.messages)
+        if size + len(texts) > len(self._vectors):
+            grown = np.zeros((2 * (size + len(texts)), self.embedder.dim), dtype=np.float32)
+            grown[:size] = self._vectors[:size]
+            self._vectors = grown
+        self._vectors[size : size + len(texts)] = vectors
         self.messages += texts
-        self.vectors = np.concatenate([self.vectors, vectors])
 
     def get_context(self) -> list[str]:
         latest_user = self.messages[-2]
         query = normalize_rows(np.asarray(self.embedder.embed([latest_user]), dtype=np.float32))[0]
-        scores = self.vectors @ query
+        scores = self._vectors[: len(self.messages)] @ query
         best = np.argsort(-scores)[:RECALL]
         return [self.messages[i] for i in best] + self.messages[-WINDOW:]
 
