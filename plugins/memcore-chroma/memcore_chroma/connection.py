@@ -31,6 +31,8 @@ from chromadb.errors import NotFoundError
 
 from memcore.errors import StoreError
 from memcore.locking import lock_path
+from memcore_chroma import recovery
+from memcore_chroma.erasure import SQLITE_FILE
 from memcore_chroma.errors import translated
 
 LOCK_FILE = "memcore.lock"
@@ -227,7 +229,7 @@ def persistent(path: Path) -> Connection:
             except OSError as exc:
                 raise StoreError(f"cannot open the Chroma store at {path}: {exc}") from None
             try:
-                client = _persistent_client(path)
+                client = _open_recovered(path)
             except BaseException:
                 os.close(lock_fd)
                 raise
@@ -235,6 +237,25 @@ def persistent(path: Path) -> Connection:
             entry = _shared[path] = _SharedPath(shared, lock_fd)
         entry.users += 1
     return Connection(entry.shared, path, lambda: _release(path))
+
+
+def _open_recovered(path: Path) -> ClientAPI:
+    """The client of ``path`` (lock held), after recovering from a process that died with it open.
+
+    See :mod:`memcore_chroma.recovery`: a new folder gets its whole log kept; a
+    folder whose open marker survived gets its vector indexes rebuilt from the log.
+    """
+    with translated(f"preparing the Chroma store at {path}"):
+        if recovery.needs_recovery(path):
+            recovery.reset_vector_indexes(path)
+        new = not (path / SQLITE_FILE).exists()
+        if new:
+            close_client(_persistent_client(path))  # creates the SQLite file, whose log setting we change
+        recovery.keep_whole_log(path)  # on every open: a Chroma upgrade could reset it
+        if new:
+            recovery.mark(path, recovery.LOG_COMPLETE)
+        recovery.mark(path, recovery.OPEN_MARKER)
+    return _persistent_client(path)
 
 
 def _release(path: Path) -> None:
@@ -247,6 +268,7 @@ def _release(path: Path) -> None:
     try:
         with entry.shared.write_lock, entry.shared.access.exclusive():
             close_client(entry.shared.client)
+            recovery.unmark(path, recovery.OPEN_MARKER)
     finally:
         os.close(entry.lock_fd)
 

@@ -1,0 +1,94 @@
+"""Crash recovery for embedded Chroma folders, done before chromadb opens them.
+
+Chroma (1.5) writes its HNSW index files in place, so a process killed while
+saving them leaves files that make a later open error, return wrong vectors
+without a word, or crash the process (chroma-core/chroma#7238, #7069, #6949).
+Nothing can be checked cheaply enough inside chromadb, so the plugin keeps what
+it needs to rebuild the index outside it:
+
+* **The whole log.** Chroma's SQLite log (``embeddings_queue``) holds every
+  write with its vector; by default Chroma trims it once the index is saved.
+  The plugin turns trimming off (:func:`keep_whole_log`) when it creates the
+  folder, and records that it did in ``memcore.log-complete``. ``purge()``
+  still erases deleted records: dropping the old collection drops its log.
+* **An open marker.** ``memcore.open`` exists while a process has the folder
+  open and is removed after a clean close. Found at open, it means the last
+  process died: :func:`reset_vector_indexes` deletes every HNSW index folder and
+  its watermark, and Chroma rebuilds the index from the log at first use.
+
+SQLite itself (a rollback journal) survives a kill; every acknowledged write is
+in the log before ``upsert`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+from memcore.errors import StoreCorruptedError
+from memcore_chroma.erasure import SQLITE_FILE
+
+OPEN_MARKER = "memcore.open"
+LOG_COMPLETE = "memcore.log-complete"
+_KEEP_LOG = json.dumps({"automatically_purge": False, "_type": "EmbeddingsQueueConfigurationInternal"})
+
+
+def needs_recovery(path: Path) -> bool:
+    """Whether the last process to open ``path`` died without closing it."""
+    return (path / OPEN_MARKER).exists()
+
+
+def reset_vector_indexes(path: Path) -> None:
+    """Delete every HNSW index folder and its watermark, so Chroma replays the whole log.
+
+    Call it with the folder's lock held and no client open on it.
+
+    :raises StoreCorruptedError: if the log does not reach back to the first write
+        (a folder made before the plugin kept it): the documents are intact, the
+        vectors are not, and rebuilding with the log's tail would lose some silently.
+    """
+    if not (path / LOG_COMPLETE).exists():
+        raise StoreCorruptedError(
+            f"the Chroma store at {path} was not closed cleanly and its vector index may be damaged, "
+            "but its log was trimmed before memcore kept it whole, so the index cannot be rebuilt. "
+            "The records' documents are intact: export them and re-embed into a new store"
+        )
+    try:
+        with closing(sqlite3.connect(path / SQLITE_FILE, timeout=30)) as database, database:
+            segments = [row[0] for row in database.execute("SELECT id FROM segments WHERE scope = 'VECTOR'")]
+            database.executemany("DELETE FROM max_seq_id WHERE segment_id = ?", [(s,) for s in segments])
+        for segment in segments:
+            shutil.rmtree(path / segment, ignore_errors=True)
+    except sqlite3.Error as exc:
+        raise StoreCorruptedError(f"cannot recover the Chroma store at {path}: {exc}") from None
+
+
+def keep_whole_log(path: Path) -> None:
+    """Turn off Chroma's trimming of its log (takes effect when a client next opens ``path``)."""
+    with closing(sqlite3.connect(path / SQLITE_FILE, timeout=30)) as database, database:
+        database.execute("UPDATE embeddings_queue_config SET config_json_str = ?", (_KEEP_LOG,))
+
+
+def mark(path: Path, name: str) -> None:
+    """Create the marker file ``name`` in ``path`` durably."""
+    with open(path / name, "w"):
+        pass
+    _sync_folder(path)
+
+
+def unmark(path: Path, name: str) -> None:
+    """Remove the marker file ``name`` from ``path`` durably."""
+    (path / name).unlink(missing_ok=True)
+    _sync_folder(path)
+
+
+def _sync_folder(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,10 @@
+"""The reliability battery (CI counts) on the embedded Qdrant store."""
+
+from __future__ import annotations
+
+from memcore.testing.reliability_tests import ReliabilityTests
+
+
+class TestQdrantReliability(ReliabilityTests):
+    url = "qdrant://{tmp}"
+    durable = True
