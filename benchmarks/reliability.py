@@ -62,9 +62,7 @@ def failures(figures: Figures) -> dict[str, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", help="comma-separated URLs with {tmp} (default: every installed store)")
-    parser.add_argument(
-        "--scale", type=float, default=1.0, help="multiply every count (0.01: smoke run)"
-    )
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every count (0.01: smoke run)")
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()

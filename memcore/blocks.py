@@ -13,7 +13,8 @@ from typing import Protocol
 
 from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError, ScopeError
-from memcore.filters import Filter, FilterSpec
+from memcore.filters import Filter, FilterSpec, parse_filter
+from memcore.recall import HybridRecall, RecallMode, hybrid_search
 from memcore.records import SUMMARY_KIND, ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
@@ -131,11 +132,27 @@ class VectorBlock:
     :param embedder: turns messages and queries into vectors.
     :param scope: what the block reads, writes and clears.
     :param recall_limit: how many hits :meth:`retrieve` returns by default.
+    :param mode: how a query is matched: ``"dense"`` (vector similarity, default), ``"keyword"``
+        (BM25) or ``"hybrid"`` (both, fused and smoothed along sessions: :mod:`memcore.recall`).
+    :param hybrid: the settings of hybrid recall.
     """
 
-    def __init__(self, store: Store, embedder: Embedder, scope: Scope, recall_limit: int = 5) -> None:
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        scope: Scope,
+        recall_limit: int = 5,
+        *,
+        mode: RecallMode = "dense",
+        hybrid: HybridRecall | None = None,
+    ) -> None:
         self.store, self.embedder, self.scope = store, embedder, scope
         self.recall_limit = check_positive("recall_limit", recall_limit)
+        if mode not in ("dense", "keyword", "hybrid"):
+            raise InvalidInputError(f"recall mode must be 'dense', 'keyword' or 'hybrid', got {mode!r}")
+        self.mode = mode
+        self.hybrid = hybrid if hybrid is not None else HybridRecall()
 
     def write_records(self, records: Sequence[MemoryRecord]) -> None:
         """Embed the records in one batch and store them with their vectors."""
@@ -151,9 +168,10 @@ class VectorBlock:
         limit: int | None = None,
         filter: FilterSpec | Filter | None = None,
     ) -> list[ContextRecord]:
-        """The records most similar to ``query`` (cosine score), among those containing ``text``.
+        """The records that best match ``query`` by the block's mode, among those containing ``text``.
 
-        With ``text`` alone: the newest records containing it (score 1.0).
+        With ``text`` alone: the newest records containing it (score 1.0). With
+        ``text`` and a query, the query is matched by vector similarity whatever the mode.
 
         :raises InvalidInputError: if neither ``query`` nor ``text`` is a non-empty string.
         """
@@ -161,10 +179,24 @@ class VectorBlock:
             raise InvalidInputError(f"a recall query is a non-empty string, got {query!r}")
         if query is None and text is None:
             raise InvalidInputError("recall needs a query, a text, or both")
-        vector = None if query is None else self.embedder.embed([query])[0]
-        hits = self.store.search(
-            self.scope, vector=vector, text=text, filter=filter, limit=limit or self.recall_limit
-        )
+        limit = limit or self.recall_limit
+        if query is not None and text is None and self.mode == "keyword":
+            hits = self.store.search(self.scope, keywords=query, filter=filter, limit=limit)
+        elif query is not None and text is None and self.mode == "hybrid":
+            node = parse_filter(filter)
+            vector = self.embedder.embed([query])[0]
+            hits = hybrid_search(
+                self.store,
+                self.scope,
+                vector=vector,
+                keywords=query,
+                filter=node,
+                limit=limit,
+                settings=self.hybrid,
+            )
+        else:
+            vector = None if query is None else self.embedder.embed([query])[0]
+            hits = self.store.search(self.scope, vector=vector, text=text, filter=filter, limit=limit)
         return [ContextRecord(record=hit.record, score=hit.score, source="recall") for hit in hits]
 
     def clear(self) -> int:

@@ -310,7 +310,14 @@ class VectorMemory(AgentMemory):
         super().__init__(store, scope, **options)
         self.embedder = cached(embedder)
         store.bind_vector_space(VectorSpace(self.embedder.name, self.embedder.dim))
-        self.recall = VectorBlock(store, self.embedder, self.policy.recall_scope(scope), self.policy.limit)
+        self.recall = VectorBlock(
+            store,
+            self.embedder,
+            self.policy.recall_scope(scope),
+            self.policy.limit,
+            mode=self.policy.recall,
+            hybrid=self.policy.hybrid,
+        )
 
     @property
     def recall_scope(self) -> Scope:

@@ -13,6 +13,7 @@ import pydantic
 
 from memcore.errors import InvalidInputError
 from memcore.model_base import MemcoreModel
+from memcore.recall import HybridRecall, RecallMode
 from memcore.scope import Scope
 
 RecallReach = Literal["session", "agent", "user", "tenant"]
@@ -40,6 +41,10 @@ class MemoryPolicy(MemcoreModel):
         ``session`` alone, every session of the ``agent`` (default), everything of
         the ``user``, or the whole ``tenant``. Fields the memory's scope leaves
         unset stay unset.
+    :param recall: how a query is matched: ``"dense"`` (vector similarity, default),
+        ``"keyword"`` (BM25) or ``"hybrid"`` (both, fused, smoothed along sessions;
+        see :mod:`memcore.recall` and the LoCoMo figures in the README).
+    :param hybrid: the settings of hybrid recall.
     """
 
     invalid_error: ClassVar[type[InvalidInputError]] = InvalidInputError
@@ -49,6 +54,8 @@ class MemoryPolicy(MemcoreModel):
     limit: int = pydantic.Field(default=5, ge=1, le=1_000)
     max_chars: int = pydantic.Field(default=2_000, ge=1)
     scope: RecallReach = "agent"
+    recall: RecallMode = "dense"
+    hybrid: HybridRecall = pydantic.Field(default_factory=HybridRecall)
 
     def recall_scope(self, scope: Scope) -> Scope:
         """The scope recall reads, derived from a memory's own ``scope``.

@@ -133,21 +133,31 @@ class MemoryRecord(MemcoreModel):
     metadata: dict[str, MetadataValue] = pydantic.Field(default_factory=dict)
     kind: str = "turn"
 
-    # One validator for the whole record rather than one per field: records are
-    # validated again on every read from a store, so Python calls count.
-    @pydantic.model_validator(mode="after")
-    def _check(self) -> MemoryRecord:
-        offset = self.created_at.utcoffset()
-        if offset is None:
+    @pydantic.field_validator("created_at")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError("created_at must be timezone-aware")
-        if offset or self.created_at.tzinfo is not UTC:
-            object.__setattr__(self, "created_at", self.created_at.astimezone(UTC))
-        for key, value in self.metadata.items():
+        return value.astimezone(UTC)
+
+    @pydantic.field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, metadata: dict[str, MetadataValue]) -> dict[str, MetadataValue]:
+        for key, value in metadata.items():
             if not METADATA_KEY.fullmatch(key):
                 raise ValueError(f"metadata key {key!r} is not an identifier of up to 64 characters")
             _check_metadata_value(key, value)
-        if not _KIND.fullmatch(self.kind):
-            raise ValueError(f"kind {self.kind!r} must be 1-32 lowercase letters, digits, _ or -")
+        return metadata
+
+    @pydantic.field_validator("kind")
+    @classmethod
+    def _check_kind(cls, kind: str) -> str:
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"kind {kind!r} must be 1-32 lowercase letters, digits, _ or -")
+        return kind
+
+    @pydantic.model_validator(mode="after")
+    def _check_scope(self) -> MemoryRecord:
         if self.scope.is_everything:
             raise ValueError("a record needs a concrete scope, not Scope.everything()")
         return self

@@ -63,30 +63,33 @@ class Scope(MemcoreModel):
     agent_id: str | None = None
     session_id: str | None = None
 
-    # One validator for the whole model rather than one per field: scopes are
-    # validated on every record read back from a store, so calls count.
+    _admin: bool = pydantic.PrivateAttr(default=False)
+
+    @pydantic.field_validator(*SCOPE_FIELDS)
+    @classmethod
+    def _check_value(cls, value: str | None) -> str | None:
+        return None if value is None else validate_scope_value(value)
+
     @pydantic.model_validator(mode="after")
-    def _check_values(self) -> Scope:
-        values = [value for value in self.as_tuple() if value is not None]
-        if not values:
+    def _check_not_empty(self) -> Scope:
+        if self.is_everything:
             raise ScopeError(
                 "a scope needs at least one of tenant, user_id, agent_id, session_id; "
                 "admin tools that mean every record use Scope.everything()"
             )
-        for value in values:
-            validate_scope_value(value)
         return self
 
     @classmethod
     def everything(cls) -> Scope:
         """The admin scope that matches every record. Never valid on a record."""
-        return _EVERYTHING
+        scope = cls.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)
+        scope._admin = True
+        return scope
 
     @property
     def is_admin(self) -> bool:
-        """Whether this is the scope :meth:`everything` returns (not an empty scope made otherwise,
-        such as a copy of it)."""
-        return self is _EVERYTHING
+        """Whether this is the scope :meth:`everything` made (not an empty scope made otherwise)."""
+        return self._admin
 
     @property
     def is_everything(self) -> bool:
@@ -112,6 +115,3 @@ class Scope(MemcoreModel):
 
     def __str__(self) -> str:
         return ",".join(f"{name}={value}" for name, value in self.items()) or "<everything>"
-
-
-_EVERYTHING = Scope.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)

@@ -22,6 +22,7 @@ from uuid import UUID
 
 from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreClosedError
 from memcore.filters import Filter, FilterSpec, parse_filter
+from memcore.keywords import bm25_scores
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.validation import (
@@ -108,10 +109,11 @@ class Store(Protocol):
         *,
         vector: Vector | None = None,
         text: str | None = None,
+        keywords: str | None = None,
         filter: FilterSpec | Filter | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> builtins.list[ScoredRecord]:
-        """The best matches by cosine similarity and/or case-insensitive text match."""
+        """The best matches by cosine similarity and/or case-insensitive text match, or by BM25 keywords."""
         ...
 
     def count(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
@@ -255,6 +257,7 @@ class BaseStore(ABC):
         *,
         vector: Vector | None = None,
         text: str | None = None,
+        keywords: str | None = None,
         filter: FilterSpec | Filter | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> builtins.list[ScoredRecord]:
@@ -263,14 +266,27 @@ class BaseStore(ABC):
         With ``vector``: cosine similarity in [-1, 1], over
         records that have a vector. With ``text``: records whose content contains
         it, case-insensitively; alone, the newest first with score 1.0. With
-        both: the vector ranking among records that contain the text.
+        both: the vector ranking among records that contain the text. With
+        ``keywords`` (alone): BM25 ranking of the records sharing a term with
+        them (:mod:`memcore.keywords`), scored over the scope's own records;
+        records sharing none are left out.
 
-        :raises InvalidInputError: if neither ``vector`` nor ``text`` is given.
+        :raises InvalidInputError: if none of ``vector``, ``text`` and ``keywords``
+            is given, or ``keywords`` with either of the others (fuse rankings in
+            the caller, as :mod:`memcore.recall` does).
         """
         self._check_open()
         scope = check_scope(scope)
+        if keywords is not None:
+            if not isinstance(keywords, str) or not keywords.strip():
+                raise InvalidInputError(f"keywords must be a non-empty string, got {keywords!r}")
+            if vector is not None or text is not None:
+                raise InvalidInputError("keywords rank on their own: search with vector or text separately")
+            return self._keyword_search(
+                scope, keywords, parse_filter(filter), check_limit(limit, required=True)
+            )
         if vector is None and text is None:
-            raise InvalidInputError("search needs a vector, a text, or both; use list() to browse")
+            raise InvalidInputError("search needs a vector, a text, or keywords; use list() to browse")
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise InvalidInputError(f"text must be a non-empty string, got {text!r}")
         # Read once: a dimension never changes once set, so checking against this
@@ -416,6 +432,18 @@ class BaseStore(ABC):
 
     @abstractmethod
     def _count(self, scope: Scope, node: Filter | None) -> int: ...
+
+    def _keyword_search(
+        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
+    ) -> builtins.list[ScoredRecord]:
+        """BM25 over every record ``scope`` can see that matches ``node``: the exact fallback.
+
+        A backend whose engine ranks keywords natively overrides this.
+        """
+        records = self._list(scope, node, "desc", None, None, None)
+        scores = bm25_scores(keywords, [record.message.content for record in records])
+        ranked = sorted((i for i, score in enumerate(scores) if score > 0), key=lambda i: -scores[i])
+        return [ScoredRecord(record=records[i], score=scores[i]) for i in ranked[:limit]]
 
     @abstractmethod
     def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int: ...

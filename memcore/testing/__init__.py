@@ -16,6 +16,7 @@ names that capability. Install with ``pip install memcore[testing]``.
 
 from memcore.testing.filter_tests import DifferentialFilterTests, FilterTests
 from memcore.testing.helpers import StoreFactory, StoreFixtures
+from memcore.testing.keyword_tests import KeywordSearchTests
 from memcore.testing.memory_tests import MemoryConformance
 from memcore.testing.safety_tests import BadInputTests, ClosedStoreTests, ScopeIsolationTests
 from memcore.testing.store_tests import (
@@ -36,6 +37,7 @@ class StoreConformance(
     GetTests,
     ListTests,
     SearchTests,
+    KeywordSearchTests,
     CountTests,
     DeleteTests,
     FilterTests,
@@ -61,6 +63,7 @@ __all__ = [
     "DifferentialFilterTests",
     "FilterTests",
     "GetTests",
+    "KeywordSearchTests",
     "ListTests",
     "MemoryConformance",
     "PersistenceTests",

@@ -90,11 +90,12 @@ def isolation(url: str, examples: int) -> Figures:
     """Random scopes, records and filter trees; every read and delete path is checked for leaks.
 
     Each example writes records under scopes of two tenants of its own, then reads
-    through a random scope with a random filter by ``list``, ``count``, ``get``,
-    vector ``search``, text ``search`` (where supported), ``delete`` by id and
-    ``delete_where``, and compares with the reference (scope match, then
-    :func:`memcore.filters.evaluate`). A record of another scope returned,
-    counted or deleted is a leak. A filter naming a scope field must be refused.
+    through a random scope, with and without a random filter, by ``list`` (whole,
+    limited, ordered, before and after a time), ``count``, ``get``, vector,
+    keyword and text ``search``, ``delete`` by id and ``delete_where``, and
+    compares with the reference (scope match, then :func:`memcore.filters.evaluate`).
+    A record of another scope returned, counted or deleted is a leak. A filter
+    naming a scope field must be refused.
     """
     figures = zeros("examples", "leaks", "accepted")
     numbers = itertools.count()
@@ -128,16 +129,29 @@ def isolation(url: str, examples: int) -> Figures:
 
 
 def _leaks(store: Store, reader: Scope, node: Any, spec: dict[str, Any], records: list[MemoryRecord]) -> int:
+    """Records of another scope (or not matching the filter) that any read or delete path let through."""
     visible = {r.id for r in records if reader.matches(r.scope)}
     wanted = {r.id for r in records if r.id in visible and evaluate(node, r)}
     every = [r.id for r in records]
-    leaks = len({r.id for r in store.list(reader, filter=spec)} - wanted)
-    leaks += max(0, store.count(reader, filter=spec) - len(wanted))
-    leaks += len({r.id for r in store.get(reader, every)} - visible)
     query = random_vectors(1, seed=len(records))[0]
-    leaks += len({h.record.id for h in store.search(reader, vector=query, filter=spec, limit=50)} - wanted)
+    middle = sorted(r.created_at for r in records)[len(records) // 2]
+    found: list[tuple[set[UUID], set[UUID]]] = [
+        ({r.id for r in store.list(reader)}, visible),
+        ({r.id for r in store.list(reader, filter=spec)}, wanted),
+        ({r.id for r in store.list(reader, order="desc", limit=3)}, visible),
+        ({r.id for r in store.list(reader, filter=spec, after=middle)}, wanted),
+        ({r.id for r in store.list(reader, before=middle, limit=5)}, visible),
+        ({r.id for r in store.get(reader, every)}, visible),
+        ({h.record.id for h in store.search(reader, vector=query, limit=50)}, visible),
+        ({h.record.id for h in store.search(reader, vector=query, filter=spec, limit=50)}, wanted),
+        ({h.record.id for h in store.search(reader, keywords="shared words", limit=50)}, visible),
+    ]
     if store.capabilities.text_search:
-        leaks += len({h.record.id for h in store.search(reader, text="shared", limit=50)} - visible)
+        found.append(({h.record.id for h in store.search(reader, text="shared", limit=50)}, visible))
+        found.append(({h.record.id for h in store.search(reader, text="words", filter=spec)}, wanted))
+    leaks = sum(len(returned - allowed) for returned, allowed in found)
+    leaks += max(0, store.count(reader) - len(visible))
+    leaks += max(0, store.count(reader, filter=spec) - len(wanted))
     outsiders = [r for r in records if r.id not in visible]
     leaks += store.delete(reader, [r.id for r in outsiders])
     leaks += max(0, store.delete_where(reader, spec) - len(wanted))

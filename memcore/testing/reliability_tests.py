@@ -1,10 +1,11 @@
-"""The CI subset of the reliability battery, as a test class every store runs.
+"""The CI subset of the reliability battery, as test classes every store runs.
 
-Subclass it with the store's URL (``{tmp}`` for a fresh folder)::
+Subclass it with the store's URL (``{tmp}`` for a fresh folder), and a durable
+store also :class:`CrashTests`::
 
-    class TestMyStoreReliability(ReliabilityTests):
+    class TestMyStoreReliability(ReliabilityTests, CrashTests):
         url = "mystore://{tmp}"
-        durable = True   # also kill writers and test locks across processes
+        crash_batch = 400  # an engine that saves its index every 1,000 writes
 
 ``benchmarks/reliability.py`` runs the same scenarios with the long-run counts.
 """
@@ -12,8 +13,6 @@ Subclass it with the store's URL (``{tmp}`` for a fresh folder)::
 from __future__ import annotations
 
 from typing import ClassVar
-
-import pytest
 
 from memcore.testing.crash import crash_loop, second_process
 from memcore.testing.reliability import Figures, bad_input, concurrency, erasure, isolation
@@ -26,10 +25,9 @@ def _failed(figures: Figures, *names: str) -> dict[str, int]:
 
 
 class ReliabilityTests:
-    """Isolation, bad input, erasure and concurrency; crashes and locks for durable stores."""
+    """Isolation, bad input, erasure and concurrency."""
 
     url: ClassVar[str]
-    durable: ClassVar[bool] = False
 
     def test_isolation(self) -> None:
         figures = isolation(self.url, examples=60)
@@ -50,14 +48,18 @@ class ReliabilityTests:
         assert figures["writes"] == 800 and figures["reads"] > 0
         assert not _failed(figures, "lost", "untyped_errors", "not_acknowledged"), figures
 
+
+class CrashTests:
+    """For durable stores: killed writers and locks across processes."""
+
+    url: ClassVar[str]
+    crash_batch: ClassVar[int] = 20
+    """Records per batch of the killed writer: large enough that kills can land in index saves."""
+
     def test_crashes_lose_no_acknowledged_record(self) -> None:
-        if not self.durable:
-            pytest.skip("not durable: nothing survives a process, so there is nothing to crash")
-        figures = crash_loop(self.url, kills=4)
+        figures = crash_loop(self.url, kills=4, batch=self.crash_batch)
         assert figures["kills"] == figures["reopened"] == 4, figures
         assert not _failed(figures, *CRASH_FAILURES) and figures["acknowledged"] > 0, figures
 
     def test_a_second_process_is_refused_and_a_killed_holder_leaves_no_stale_lock(self) -> None:
-        if not self.durable:
-            pytest.skip("not durable: no location another process could open")
         assert second_process(self.url) == {"second_open_locked": 1, "stale_lock_blocked": 0}

@@ -6,18 +6,17 @@
 from __future__ import annotations
 
 from memcore.testing.reliability import second_opener
-from memcore.testing.reliability_tests import ReliabilityTests
+from memcore.testing.reliability_tests import CrashTests, ReliabilityTests
 
 
 class TestMemoryReliability(ReliabilityTests):
     url = "memory://"
 
 
-class TestJsonlReliability(ReliabilityTests):
+class TestJsonlReliability(ReliabilityTests, CrashTests):
     url = "jsonl://{tmp}"
-    durable = True
 
 
-def test_a_second_open_in_one_process_shares_the_jsonl_store() -> None:
+def test_a_second_open_of_a_jsonl_folder_in_one_process_is_refused_typed() -> None:
     figures = second_opener("jsonl://{tmp}")
-    assert figures["untyped_errors"] == figures["lost"] == 0, figures
+    assert figures == {"lost": 0, "untyped_errors": 0, "second_open_refused": 1}, figures

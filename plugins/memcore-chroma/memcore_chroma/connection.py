@@ -242,7 +242,7 @@ def persistent(path: Path) -> Connection:
 def _open_recovered(path: Path) -> ClientAPI:
     """The client of ``path`` (lock held), after recovering from a process that died with it open.
 
-    See :mod:`memcore_chroma.recovery`: a new folder gets its whole log kept; a
+    See :mod:`memcore_chroma.recovery`: the log is kept whole from creation on; a
     folder whose open marker survived gets its vector indexes rebuilt from the log.
     """
     with translated(f"preparing the Chroma store at {path}"):
@@ -251,11 +251,20 @@ def _open_recovered(path: Path) -> ClientAPI:
         new = not (path / SQLITE_FILE).exists()
         if new:
             close_client(_persistent_client(path))  # creates the SQLite file, whose log setting we change
-        recovery.keep_whole_log(path)  # on every open: a Chroma upgrade could reset it
-        if new:
+        whole = new or (path / recovery.LOG_COMPLETE).exists() or recovery.log_never_trimmed(path)
+        # On every open: a chromadb upgrade could reset the setting.
+        if recovery.keep_whole_log(path) and whole:
             recovery.mark(path, recovery.LOG_COMPLETE)
-        recovery.mark(path, recovery.OPEN_MARKER)
-    return _persistent_client(path)
+        else:
+            recovery.unmark(path, recovery.LOG_COMPLETE)
+    client = _persistent_client(path)
+    try:
+        with translated(f"opening the Chroma store at {path}"):
+            recovery.mark(path, recovery.OPEN_MARKER)
+    except BaseException:
+        close_client(client)
+        raise
+    return client
 
 
 def _release(path: Path) -> None:

@@ -23,6 +23,7 @@ from memcore.validation import Matrix
 from memcore_chroma.connection import client_settings
 from memcore_chroma.encoding import VECTOR_KEY, Where, all_of, encode, flat_metadata, scope_clauses
 from memcore_chroma.opening import COSINE
+from memcore_chroma.recovery import keep_whole_log
 
 
 def _parsed(documents: Sequence[str | None] | None) -> list[Any]:
@@ -37,12 +38,16 @@ class RawChroma:
     """A chromadb collection in ``path``, used the way the store uses it, without memcore."""
 
     def __init__(self, path: Path) -> None:
+        # Configured as the store configures its folders: Chroma's log kept whole (see recovery).
+        chromadb.PersistentClient(path=str(path), settings=client_settings()).close()  # type: ignore[attr-defined]
+        keep_whole_log(path)
         self._client = chromadb.PersistentClient(path=str(path), settings=client_settings())
         self._collection = self._client.create_collection(
             "bench", configuration=COSINE, embedding_function=None
         )
 
     def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> dict[str, Any]:
+        """The ids, vectors, documents and flat metadata the store would write."""
         return {
             "ids": [str(r.id) for r in records],
             "embeddings": vectors,
@@ -51,9 +56,11 @@ class RawChroma:
         }
 
     def add(self, prepared: dict[str, Any]) -> None:
+        """Upsert the prepared batch."""
         self._collection.upsert(**prepared)
 
     def search(self, scope: Scope, vector: Matrix, limit: int) -> list[Any]:
+        """A scoped vector query, its documents parsed."""
         found = self._collection.query(
             query_embeddings=vector.reshape(1, -1),
             n_results=limit,
@@ -63,11 +70,14 @@ class RawChroma:
         return _parsed((found["documents"] or [[]])[0])
 
     def get(self, scope: Scope, ids: Sequence[UUID]) -> list[Any]:
+        """A scoped read by id, its documents parsed."""
         found = self._collection.get(ids=[str(i) for i in ids], where=_scoped(scope), include=["documents"])
         return _parsed(found["documents"])
 
     def delete(self, scope: Scope, ids: Sequence[UUID]) -> None:
+        """A scoped delete by id."""
         self._collection.delete(ids=[str(i) for i in ids], where=_scoped(scope))
 
     def close(self) -> None:
+        """Close the client."""
         self._client.close()  # type: ignore[attr-defined]  # on chromadb's Client, not on ClientAPI

@@ -8,11 +8,13 @@ it needs to rebuild the index outside it:
 
 * **The whole log.** Chroma's SQLite log (``embeddings_queue``) holds every
   write with its vector; by default Chroma trims it once the index is saved.
-  The plugin turns trimming off (:func:`keep_whole_log`) when it creates the
-  folder, and records that it did in ``memcore.log-complete``. ``purge()``
-  still erases deleted records: dropping the old collection drops its log.
-* **An open marker.** ``memcore.open`` exists while a process has the folder
-  open and is removed after a clean close. Found at open, it means the last
+  The plugin turns trimming off (:func:`keep_whole_log`) on every open, and
+  records in ``memcore.log-complete`` that the log reaches back to the first
+  write (a new folder, or an older one whose log was never trimmed). The log
+  grows with every write until ``purge()``, which erases deleted records from
+  it too: dropping the old collection drops its log.
+* **An open marker.** ``memcore.open`` is created once the client has opened
+  the folder and removed after a clean close. Found at open, it means the last
   process died: :func:`reset_vector_indexes` deletes every HNSW index folder and
   its watermark, and Chroma rebuilds the index from the log at first use.
 
@@ -51,11 +53,12 @@ def reset_vector_indexes(path: Path) -> None:
         (a folder made before the plugin kept it): the documents are intact, the
         vectors are not, and rebuilding with the log's tail would lose some silently.
     """
-    if not (path / LOG_COMPLETE).exists():
+    if not ((path / LOG_COMPLETE).exists() or log_never_trimmed(path)):
         raise StoreCorruptedError(
             f"the Chroma store at {path} was not closed cleanly and its vector index may be damaged, "
             "but its log was trimmed before memcore kept it whole, so the index cannot be rebuilt. "
-            "The records' documents are intact: export them and re-embed into a new store"
+            f"The records' documents are intact. Either delete {path / OPEN_MARKER} to open it as it is "
+            "(searches may fail or be wrong), or copy the documents out and re-embed them into a new store"
         )
     try:
         with closing(sqlite3.connect(path / SQLITE_FILE, timeout=30)) as database, database:
@@ -67,10 +70,33 @@ def reset_vector_indexes(path: Path) -> None:
         raise StoreCorruptedError(f"cannot recover the Chroma store at {path}: {exc}") from None
 
 
-def keep_whole_log(path: Path) -> None:
-    """Turn off Chroma's trimming of its log (takes effect when a client next opens ``path``)."""
+def keep_whole_log(path: Path) -> bool:
+    """Turn off Chroma's trimming of its log (effective when a client next opens ``path``).
+
+    :returns: whether the setting was found and written (``False`` if this
+        chromadb keeps the setting elsewhere: then the log is not known to be whole).
+    """
     with closing(sqlite3.connect(path / SQLITE_FILE, timeout=30)) as database, database:
-        database.execute("UPDATE embeddings_queue_config SET config_json_str = ?", (_KEEP_LOG,))
+        try:
+            cursor = database.execute("UPDATE embeddings_queue_config SET config_json_str = ?", (_KEEP_LOG,))
+        except sqlite3.OperationalError:
+            return False
+        return cursor.rowcount == 1
+
+
+def log_never_trimmed(path: Path) -> bool:
+    """Whether the log of a folder made before memcore kept it still reaches back to the first write.
+
+    Chroma numbers log entries from 1 and trims from the oldest; a log that still
+    starts at 1 (or an empty store) was never trimmed.
+    """
+    with closing(sqlite3.connect(path / SQLITE_FILE, timeout=30)) as database:
+        try:
+            (first,) = database.execute("SELECT MIN(seq_id) FROM embeddings_queue").fetchone()
+            (stored,) = database.execute("SELECT COUNT(*) FROM embeddings").fetchone()
+        except sqlite3.OperationalError:
+            return False
+    return first == 1 or (first is None and stored == 0)
 
 
 def mark(path: Path, name: str) -> None:

@@ -6,6 +6,8 @@ Killed writers are in test_reliability.py (the shared battery).
 from __future__ import annotations
 
 import os
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -69,5 +71,20 @@ def test_a_folder_whose_log_was_trimmed_is_not_rebuilt_silently(tmp_path: Path) 
     root = tmp_path / "store"
     _store_left_open(root, 10)
     (root / LOG_COMPLETE).unlink()
+    with closing(sqlite3.connect(root / "chroma.sqlite3")) as database, database:
+        database.execute("DELETE FROM embeddings_queue WHERE seq_id < 5")  # as Chroma's trimming does
     with pytest.raises(StoreCorruptedError, match="re-embed"):
         ChromaStore(root)
+    (root / OPEN_MARKER).unlink()  # what the error offers: open it as it is
+    with ChromaStore(root) as store:
+        assert store.count(SCOPE) == 10
+
+
+def test_an_older_folder_whose_log_was_never_trimmed_is_rebuilt(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    records, vectors = _store_left_open(root, 10)
+    (root / LOG_COMPLETE).unlink()
+    with ChromaStore(root) as store:
+        [best] = store.search(SCOPE, vector=vectors[3], limit=1)
+        assert best.record.id == records[3].id  # type: ignore[attr-defined]
+    assert (root / LOG_COMPLETE).exists()

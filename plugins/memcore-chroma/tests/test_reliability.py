@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from memcore.testing.reliability_tests import ReliabilityTests
+from memcore.testing.reliability_tests import CrashTests, ReliabilityTests
 
 
-class TestChromaReliability(ReliabilityTests):
+class TestChromaReliability(ReliabilityTests, CrashTests):
     url = "chroma://{tmp}"
-    durable = True
+    crash_batch = 400  # Chroma saves its HNSW files every 1,000 writes: let kills land in a save

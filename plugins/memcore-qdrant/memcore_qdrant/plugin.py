@@ -26,7 +26,7 @@ def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None
 @hookimpl
 def memcore_bench_raw_client(url: str) -> RawQdrantEdge | None:
     """Raw qdrant-edge-py on a folder, for the embedded form ``qdrant://PATH`` only."""
-    location = url.removeprefix("qdrant://")
+    location = url.removeprefix("qdrant://").split("?", 1)[0]
     if location == url or not location:
         return None
     from memcore_qdrant.raw_baseline import RawQdrantEdge

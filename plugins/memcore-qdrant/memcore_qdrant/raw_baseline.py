@@ -61,14 +61,17 @@ class RawQdrantEdge:
         return self._shard
 
     def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> list[tuple[Any, ...]]:
+        """The ids, vectors and payloads the store would write (the shard is made on the first call)."""
         self._created(vectors.shape[1])
         return [(r.id, vector, fields.to_payload(r)) for r, vector in zip(records, vectors, strict=True)]
 
     def add(self, prepared: list[tuple[Any, ...]]) -> None:
+        """Build the points and upsert them."""
         points = [edge.Point(i, {VECTOR_NAME: vector.tolist()}, payload) for i, vector, payload in prepared]
         self._open.update(edge.UpdateOperation.upsert_points(points))
 
     def search(self, scope: Scope, vector: Matrix, limit: int) -> list[Any]:
+        """An exact scoped vector query, its records parsed."""
         request = edge.QueryRequest(
             limit=limit,
             query=edge.Query.Nearest(vector.tolist(), using=VECTOR_NAME),
@@ -79,6 +82,7 @@ class RawQdrantEdge:
         return _parsed(self._open.query(request))
 
     def get(self, scope: Scope, ids: Sequence[UUID]) -> list[Any]:
+        """A scoped read by id, its records parsed."""
         request = edge.ScrollRequest(
             limit=len(ids), filter=_scoped(scope, edge.HasIdCondition(set(ids))), with_payload=True
         )
@@ -86,9 +90,11 @@ class RawQdrantEdge:
         return _parsed(points)
 
     def delete(self, scope: Scope, ids: Sequence[UUID]) -> None:
+        """A scoped delete by id."""
         where = _scoped(scope, edge.HasIdCondition(set(ids)))
         self._open.update(edge.UpdateOperation.delete_points_by_filter(where))
 
     def close(self) -> None:
+        """Close the shard."""
         if self._shard is not None:
             self._shard.close()

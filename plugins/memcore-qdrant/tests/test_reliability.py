@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from memcore.testing.reliability_tests import ReliabilityTests
+from memcore.testing.reliability_tests import CrashTests, ReliabilityTests
 
 
-class TestQdrantReliability(ReliabilityTests):
+class TestQdrantReliability(ReliabilityTests, CrashTests):
     url = "qdrant://{tmp}"
-    durable = True

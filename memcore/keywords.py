@@ -1,0 +1,83 @@
+"""Keyword ranking: BM25 over the records a scope can see.
+
+Text is split into lowercase word tokens; English stop words are dropped (in
+queries they only add noise: "what", "did", "the"), and a possessive ``'s`` or
+a plural ``s`` is stripped so that "Caroline's" finds "Caroline" and "books"
+finds "book". Statistics (document frequencies, average length) are those of
+the records being ranked, that is of the reading scope: one tenant's words never
+change another's ranking.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+K1 = 1.2
+"""BM25 term-frequency saturation."""
+B = 0.75
+"""BM25 length normalisation."""
+
+_STOP_WORDS_TEXT = """
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+would you your yours yourself yourselves s t don ll m re ve d o y ever also yes oh really
+"""
+
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+"""Words too common to say anything about a record (English)."""
+
+_WORD = re.compile(r"\w+(?:'\w+)?")
+_MEMOISED_CHARS = 2_048
+
+
+def terms(text: str) -> list[str]:
+    """The BM25 terms of ``text``: normalised word tokens, stop words left out."""
+    if len(text) > _MEMOISED_CHARS:
+        return list(_terms.__wrapped__(text))
+    return list(_terms(text))
+
+
+@functools.lru_cache(maxsize=32_768)
+def _terms(text: str) -> tuple[str, ...]:
+    found = []
+    for word in _WORD.findall(text.casefold()):
+        word = word.split("'", 1)[0]  # caroline's -> caroline, don't -> don
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        if word not in STOP_WORDS:
+            found.append(word)
+    return tuple(found)
+
+
+def bm25_scores(query: str, documents: Sequence[str]) -> list[float]:
+    """The BM25 score of each document for ``query``, over the statistics of ``documents``.
+
+    A document sharing no term with the query scores 0.
+    """
+    wanted = set(terms(query))
+    if not wanted or not documents:
+        return [0.0] * len(documents)
+    counted = [Counter(terms(document)) for document in documents]
+    lengths = [sum(counts.values()) for counts in counted]
+    average = sum(lengths) / len(lengths) or 1.0
+    frequency = Counter(term for counts in counted for term in wanted & counts.keys())
+    weight = {
+        term: math.log(1 + (len(documents) - seen + 0.5) / (seen + 0.5)) for term, seen in frequency.items()
+    }
+    scores = []
+    for counts, length in zip(counted, lengths, strict=True):
+        score = 0.0
+        for term, idf in weight.items():
+            tf = counts.get(term, 0)
+            if tf:
+                score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
+        scores.append(score)
+    return scores

@@ -1,0 +1,113 @@
+"""Hybrid recall: dense and keyword candidates fused, then smoothed along the conversation.
+
+A question's answer is often in the turn *next to* the one that matches it ("Where did you go?"
+matched, "Oslo, in June" is the reply), and a conversation that matched once likely holds more.
+So, measured on LoCoMo's development split (see the README's Benchmarks section):
+
+1. Candidates: the ``candidates`` best records by vector similarity and by BM25 keywords, each
+   list's scores rescaled to [0, 1] (min-max within the list) and summed with weights
+   ``dense_weight`` and ``1 - dense_weight``. Rank fusion (RRF) was tried and is weaker here: it
+   throws away how far ahead the best matches are.
+2. Neighbours: the records just before and after each of the ``neighbours_of`` best candidates in
+   its session are read; each gains ``neighbour_weight`` times the best fused score of a candidate
+   next to it. Records that were not candidates can enter this way.
+3. Sessions: each record gains ``session_weight`` times the best fused score of its session.
+
+Records without a session have no neighbours (their "session" would be everything of their
+owner). Everything is read through the caller's scope and filter, so nothing outside them is ever
+seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+from uuid import UUID
+
+import pydantic
+
+from memcore.errors import InvalidInputError
+from memcore.filters import Filter
+from memcore.model_base import MemcoreModel
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
+from memcore.store import Store
+from memcore.validation import Vector
+
+RecallMode = Literal["hybrid", "dense", "keyword"]
+
+
+class HybridRecall(MemcoreModel):
+    """The settings of hybrid recall (see the module docstring); defaults chosen on LoCoMo's dev split.
+
+    :param candidates: how many records each of dense and keyword search contributes.
+    :param dense_weight: the dense share of the fused score (the keyword share is the rest).
+    :param neighbour_weight: how much of the better neighbour's fused score a record gains.
+    :param session_weight: how much of its session's best fused score a record gains.
+    :param neighbours_of: how many of the best candidates have their neighbours read (two small
+        reads each).
+    """
+
+    invalid_error: ClassVar[type[InvalidInputError]] = InvalidInputError
+
+    candidates: int = pydantic.Field(default=50, ge=1, le=1_000)
+    dense_weight: float = pydantic.Field(default=0.4, ge=0.0, le=1.0)
+    neighbour_weight: float = pydantic.Field(default=0.5, ge=0.0)
+    session_weight: float = pydantic.Field(default=0.3, ge=0.0)
+    neighbours_of: int = pydantic.Field(default=10, ge=0, le=100)
+
+
+def _rescaled(hits: Sequence[ScoredRecord], weight: float) -> dict[UUID, float]:
+    if not hits:
+        return {}
+    high, low = max(h.score for h in hits), min(h.score for h in hits)
+    span = high - low
+    return {h.record.id: weight * ((h.score - low) / span if span > 0 else 1.0) for h in hits}
+
+
+def hybrid_search(
+    store: Store,
+    scope: Scope,
+    *,
+    vector: Vector,
+    keywords: str,
+    filter: Filter | None,
+    limit: int,
+    settings: HybridRecall,
+) -> list[ScoredRecord]:
+    """The ``limit`` best records of ``scope`` for a query given as a vector and as keywords."""
+    dense = store.search(scope, vector=vector, filter=filter, limit=settings.candidates)
+    keyword = store.search(scope, keywords=keywords, filter=filter, limit=settings.candidates)
+    fused = _rescaled(dense, settings.dense_weight)
+    for record_id, score in _rescaled(keyword, 1.0 - settings.dense_weight).items():
+        fused[record_id] = fused.get(record_id, 0.0) + score
+    records = {h.record.id: h.record for h in [*dense, *keyword]}
+    best_of_session: dict[tuple[str | None, ...], float] = {}
+    for record_id, score in fused.items():
+        key = records[record_id].scope.as_tuple()
+        best_of_session[key] = max(best_of_session.get(key, 0.0), score)
+    neighbour: dict[UUID, float] = {}
+    for record_id in sorted(fused, key=lambda i: -fused[i])[: settings.neighbours_of]:
+        for around in _neighbours(store, records[record_id], filter):
+            records.setdefault(around.id, around)
+            neighbour[around.id] = max(neighbour.get(around.id, 0.0), fused[record_id])
+    final = {
+        record_id: fused.get(record_id, 0.0)
+        + settings.neighbour_weight * neighbour.get(record_id, 0.0)
+        + settings.session_weight * best_of_session.get(records[record_id].scope.as_tuple(), 0.0)
+        for record_id in records
+    }
+    ranked = sorted(final, key=lambda record_id: (-final[record_id], records[record_id].created_at))
+    return [ScoredRecord(record=records[i], score=final[i]) for i in ranked[:limit] if final[i] > 0]
+
+
+def _neighbours(store: Store, record: MemoryRecord, filter: Filter | None) -> list[MemoryRecord]:
+    """The records just before and just after ``record`` in its session (none without a session).
+
+    Read through the record's own scope, which lies inside the caller's: never wider.
+    """
+    if record.scope.session_id is None:
+        return []
+    before = store.list(record.scope, filter=filter, order="desc", limit=1, before=record.created_at)
+    after = store.list(record.scope, filter=filter, order="asc", limit=1, after=record.created_at)
+    return before + after

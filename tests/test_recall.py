@@ -1,0 +1,85 @@
+"""Keyword ranking (BM25) and hybrid recall on small fixtures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from memcore.embedders.hashing import HashEmbedder
+from memcore.errors import InvalidInputError
+from memcore.keywords import bm25_scores, terms
+from memcore.memories import VectorMemory
+from memcore.policy import MemoryPolicy
+from memcore.recall import HybridRecall
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+from memcore.stores.memory import MemoryStore
+
+
+def test_terms_drop_stop_words_possessives_and_plurals() -> None:
+    assert terms("What did Caroline's kids like about the books?") == ["caroline", "kid", "like", "book"]
+    assert terms("glass class") == ["glass", "class"], "a double s is not a plural"
+
+
+def test_bm25_matches_the_formula() -> None:
+    documents = ["pottery class", "pottery pottery workshop", "beach"]
+    scores = bm25_scores("pottery", documents)
+    average = (2 + 3 + 1) / 3
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+
+    def expected(tf: int, length: int) -> float:
+        return idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / average))
+
+    assert scores == pytest.approx([expected(1, 2), expected(2, 3), 0.0])
+
+
+def _conversation(store: MemoryStore, user: Scope) -> list[MemoryRecord]:
+    turns = [
+        ("s1", "Did you finally book the trip to Norway?"),
+        ("s1", "Yes! Oslo in June, flights are paid."),
+        ("s1", "Lovely weather there in summer."),
+        ("s2", "My pottery class starts on Monday."),
+        ("s2", "Send pictures of the bowls!"),
+    ]
+    records = [
+        MemoryRecord(scope=user.model_copy(update={"session_id": s}), message=Message(role="user", content=t))
+        for s, t in turns
+    ]
+    memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=MemoryPolicy(scope="user"))
+    memory.write_records(records)
+    return records
+
+
+def _recall(store: MemoryStore, user: Scope, mode: str, query: str) -> list[str]:
+    policy = MemoryPolicy(scope="user", recall=mode, limit=3)  # type: ignore[arg-type]
+    memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
+    return [hit.record.message.content for hit in memory.retrieve(query)]
+
+
+def test_hybrid_brings_in_the_reply_next_to_a_matched_turn() -> None:
+    store, user = MemoryStore(), Scope(tenant="t", user_id="u")
+    _conversation(store, user)
+    question = "Where is the Norway trip going?"
+    keyword = _recall(store, user, "keyword", question)
+    assert keyword == ["Did you finally book the trip to Norway?"], "only one turn shares a word"
+    hybrid = _recall(store, user, "hybrid", question)
+    assert hybrid[:2] == ["Did you finally book the trip to Norway?", "Yes! Oslo in June, flights are paid."]
+
+
+def test_hybrid_reads_nothing_outside_the_memory_scope() -> None:
+    store, user = MemoryStore(), Scope(tenant="t", user_id="u")
+    other = Scope(tenant="t", user_id="someone-else")
+    _conversation(store, user)
+    _conversation(store, other)
+    for mode in ("dense", "keyword", "hybrid"):
+        policy = MemoryPolicy(scope="user", recall=mode, limit=10)  # type: ignore[arg-type]
+        memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
+        assert {hit.record.scope.user_id for hit in memory.retrieve("Norway trip pottery")} == {"u"}
+
+
+def test_hybrid_settings_are_validated() -> None:
+    with pytest.raises(InvalidInputError):
+        HybridRecall(dense_weight=1.5)
+    with pytest.raises(InvalidInputError):
+        MemoryPolicy(recall="fuzzy")  # type: ignore[arg-type]
