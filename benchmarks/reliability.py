@@ -28,6 +28,8 @@ EMBEDDED = {
     "chroma": "chroma://{tmp}",
 }
 DURABLE = {"jsonl", "qdrant", "chroma"}
+CRASH_BATCH = {"chroma": 400}
+"""Records per killed writer's batch where the engine saves its index every 1,000 writes."""
 HEALTHY = {"examples", "kills", "reopened", "acknowledged", "writes", "reads", "deleted", "typed_errors"}
 HEALTHY_PREFIXES = ("second_open_locked", "second_open_opened", "second_open_refused", "second_open_shared")
 
@@ -45,7 +47,7 @@ def scenarios(scheme: str, scale: float) -> dict[str, Callable[[str], Figures]]:
         "concurrency": lambda url: concurrency(url, threads=8, writes=n(1_000)),
     }
     if scheme in DURABLE:
-        chosen["crashes"] = lambda url: crash_loop(url, kills=n(500))
+        chosen["crashes"] = lambda url: crash_loop(url, kills=n(500), batch=CRASH_BATCH.get(scheme, 20))
         chosen["locks"] = second_process
     return chosen
 

@@ -33,12 +33,23 @@ from qdrant_client import QdrantClient, models
 from memcore.errors import DimensionMismatchError, EmbedderMismatchError, StoreCorruptedError
 from memcore.store import VectorSpace
 from memcore_qdrant import payload as fields
-from memcore_qdrant.engine import SCROLL_PAGE, VECTOR_NAME, Direction, Hit, Point, pages
+from memcore_qdrant.engine import (
+    BUILT_IN_INDEXES,
+    MAX_METADATA_INDEXES,
+    SCROLL_PAGE,
+    VECTOR_NAME,
+    Direction,
+    Hit,
+    Point,
+    indexed_name,
+    pages,
+)
 from memcore_qdrant.errors import IncompatibleCollectionError, IncompatibleServerError
 from memcore_qdrant.filters import (
     Clause,
     Condition,
     HasId,
+    IndexKind,
     Match,
     MatchAny,
     MatchExcept,
@@ -129,6 +140,7 @@ class ClientEngine:
     """
 
     def __init__(self, client: QdrantClient, collection: str, location: str, *, server: bool) -> None:
+        self._server = server
         self.location = location
         self._client = client
         self._collection = collection
@@ -300,6 +312,24 @@ class ClientEngine:
     def delete(self, where: Clause) -> None:
         selector = models.FilterSelector(filter=render_filter(where))
         self._client.delete(self._collection, points_selector=selector, wait=True)
+
+    def index_fields(self, wanted: set[tuple[str, IndexKind]]) -> None:
+        if not (wanted and self._server):
+            return
+        present = set(self._client.get_collection(self._collection).payload_schema or {})
+        metadata = sum(1 for name in present if name not in BUILT_IN_INDEXES)
+        for path, kind in sorted(wanted):
+            if indexed_name(path) in present or metadata >= MAX_METADATA_INDEXES:
+                continue
+            schema: Any = {
+                "keyword": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD),
+                "integer": models.IntegerIndexParams(
+                    type=models.IntegerIndexType.INTEGER, lookup=True, range=True
+                ),
+                "float": models.FloatIndexParams(type=models.FloatIndexType.FLOAT),
+            }[kind]
+            self._client.create_payload_index(self._collection, path, field_schema=schema, wait=True)
+            metadata += 1
 
     def load_space(self) -> VectorSpace | None:
         if self._space is None:

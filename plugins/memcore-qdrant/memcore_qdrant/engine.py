@@ -16,7 +16,8 @@ from typing import Any, Literal, Protocol
 from uuid import UUID
 
 from memcore.store import VectorSpace
-from memcore_qdrant.filters import Clause
+from memcore_qdrant import payload as fields
+from memcore_qdrant.filters import Clause, IndexKind
 
 VECTOR_NAME = "dense"
 """The named vector that holds a record's embedding (absent on records written without one)."""
@@ -66,6 +67,21 @@ def pages(fetch: Fetch, limit: int | None = None) -> Iterator[list[Point]]:
             return
 
 
+MAX_METADATA_INDEXES = 64
+"""At most this many metadata payload indexes are made on demand per collection (each costs memory)."""
+
+BUILT_IN_INDEXES = frozenset({*fields.KEYWORD_FIELDS, fields.CREATED_AT})
+"""The payload indexes every collection gets at creation."""
+
+
+def indexed_name(path: str) -> str:
+    """How Qdrant lists the index of a payload path: ``m_int."n"`` as ``m_int.n``.
+
+    Metadata keys are identifiers, so dropping the quotes is unambiguous.
+    """
+    return path.replace('"', "")
+
+
 class Engine(Protocol):
     """The operations :class:`~memcore_qdrant.store.QdrantStore` runs against Qdrant."""
 
@@ -105,6 +121,10 @@ class Engine(Protocol):
 
     def delete(self, where: Clause) -> None:
         """Delete every point matching ``where``, waiting until applied."""
+        ...
+
+    def index_fields(self, wanted: set[tuple[str, IndexKind]]) -> None:
+        """Create the payload indexes of ``wanted`` that are missing (within a cap; see the engines)."""
         ...
 
     def load_space(self) -> VectorSpace | None:

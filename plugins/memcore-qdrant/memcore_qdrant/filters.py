@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 from uuid import UUID
 
 from memcore.filters import And, Comparison, Filter, Not, Or, Scalar
@@ -316,3 +316,34 @@ def _equal_any(key: str, values: Sequence[Scalar]) -> list[Condition]:
     for number in dict.fromkeys(v for v in values if isinstance(v, float)):
         found += _equal(key, number)
     return found
+
+
+IndexKind = Literal["keyword", "integer", "float"]
+_KIND_OF_GROUP: dict[str, IndexKind] = {
+    fields.STR: "keyword",
+    fields.LIST: "keyword",
+    fields.BOOL: "keyword",
+    fields.INT: "integer",
+    fields.FLOAT: "float",
+}
+
+
+def metadata_indexes(condition: Condition) -> set[tuple[str, IndexKind]]:
+    """The metadata payload paths a condition reads, with the index type that serves each.
+
+    Metadata keys are the user's, so memcore cannot index them ahead; the stores
+    index a key the first time a filter reads it (see :meth:`Engine.index_fields`).
+    """
+    if isinstance(condition, Clause):
+        return {
+            found
+            for part in (*condition.must, *condition.should, *condition.must_not)
+            for found in metadata_indexes(part)
+        }
+    key = getattr(condition, "key", None)
+    if not isinstance(key, str) or isinstance(condition, MatchSubstring):
+        return set()
+    if key == fields.METADATA_KEYS:
+        return {(key, "keyword")}
+    kind = _KIND_OF_GROUP.get(key.split(".", 1)[0])
+    return set() if kind is None or "." not in key else {(key, kind)}

@@ -25,6 +25,7 @@ from memcore.errors import StoreLockedError
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import VectorSpace
+from memcore.testing.helpers import make_record
 
 DIM = 8
 
@@ -248,3 +249,23 @@ def test_threads_opening_and_closing_one_path_never_see_it_locked(tmp_path: Path
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
+
+
+def test_a_metadata_key_is_indexed_the_first_time_a_filter_reads_it(tmp_path: Path) -> None:
+    engine = engine_module
+    with QdrantStore.from_url(f"qdrant://{tmp_path}/store") as store:
+        scope = Scope(tenant="t")
+        store.add([make_record(scope, f"r{i}", metadata={"n": i, "tag": "x"}) for i in range(30)])
+        shard = store._engine._shard  # type: ignore[attr-defined]
+        assert "m_int.n" not in shard.info().payload_schema
+        assert store.count(scope, filter={"metadata.n": {"$lt": 10}}) == 10
+        assert store.count(scope, filter={"metadata.tag": "x"}) == 30
+        schema = set(shard.info().payload_schema)
+        assert {"m_int.n", "m_float.n", "m_str.tag", "m_list.tag"} <= schema
+        cap = engine.MAX_METADATA_INDEXES
+        for i in range(cap):
+            store.count(scope, filter={f"metadata.k{i}": i})
+        assert len(set(shard.info().payload_schema) - engine.BUILT_IN_INDEXES) == cap
+        assert store.count(scope, filter={"metadata.n": {"$gte": 25}}) == 5, (
+            "past the cap, filters still work"
+        )
