@@ -85,49 +85,54 @@ def _read_acknowledged(writer: subprocess.Popen[bytes], wanted: int, timeout: fl
     return output
 
 
-def crash_loop(url: str, kills: int, batch: int = 20, seed: int = 0, timeout: float = 120.0) -> Figures:
-    """Kill a writer ``kills`` times on one store and verify it after each kill; return the figures.
+def crash_loop(
+    url: str, kills: int, batch: int = 20, seed: int = 0, timeout: float = 120.0, kills_per_store: int = 50
+) -> Figures:
+    """Kill a writer ``kills`` times and verify the store after each kill; return the figures.
 
-    :param url: a durable store URL with ``{tmp}`` (one fresh folder for the whole loop).
+    :param url: a durable store URL with ``{tmp}``.
+    :param kills_per_store: kills on one store before the next starts in a fresh folder, so that
+        every kill costs about the same (the writer and the verifier each reopen the whole store).
     """
     chance = random.Random(seed)
-    figures = zeros(
-        "kills",
-        "reopened",
-        "failed_reopens",
-        "lost",
-        "duplicates",
-        "phantoms",
-        "partial_batches",
-        "unsearchable",
-    )
-    tried: set[str] = set()
-    acknowledged: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="memcore-crash-") as folder:
-        location = url.replace("{tmp}", folder + "/store")
-        for kill in range(kills):
-            writer = subprocess.Popen(
-                [sys.executable, "-c", WRITER, location, f"{seed}-{kill}", str(batch)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=_environment(),
-            )
-            try:
-                output = _read_acknowledged(writer, chance.randint(0, 3), timeout)
-                time.sleep(chance.uniform(0, 0.05))
-            finally:
-                writer.send_signal(signal.SIGKILL)
-                writer.wait(timeout=60)
-            assert writer.stdout is not None
-            output += writer.stdout.read()
-            writer.stdout.close()
-            for line in output.split(b"\n")[:-1]:  # a line cut short was never acknowledged
-                kind, *ids = line.decode().split()
-                (acknowledged if kind == "ack" else tried).update(ids)
-            figures["kills"] += 1
-            _verify(location, tried, acknowledged, batch, figures, timeout)
-        figures["acknowledged"] = len(acknowledged)
+    failures = ("failed_reopens", "lost", "duplicates", "phantoms", "partial_batches", "unsearchable")
+    figures = zeros("kills", "reopened", *failures)
+    acknowledged_total = 0
+    for first in range(0, kills, kills_per_store):
+        tried: set[str] = set()
+        acknowledged: set[str] = set()
+        with tempfile.TemporaryDirectory(prefix="memcore-crash-") as folder:
+            location = url.replace("{tmp}", folder + "/store")
+            for kill in range(first, min(kills, first + kills_per_store)):
+                output = _kill_a_writer(location, f"{seed}-{kill}", batch, chance, timeout)
+                for line in output.split(b"\n")[:-1]:  # a line cut short was never acknowledged
+                    kind, *ids = line.decode().split()
+                    (acknowledged if kind == "ack" else tried).update(ids)
+                figures["kills"] += 1
+                _verify(location, tried, acknowledged, batch, figures, timeout)
+        acknowledged_total += len(acknowledged)
+    figures["acknowledged"] = acknowledged_total
     return dict(figures)
+
+
+def _kill_a_writer(location: str, run: str, batch: int, chance: random.Random, timeout: float) -> bytes:
+    """Start a writer, SIGKILL it after a random number of acknowledgements and delay; its output."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, location, run, str(batch)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_environment(),
+    )
+    try:
+        output = _read_acknowledged(writer, chance.randint(0, 3), timeout)
+        time.sleep(chance.uniform(0, 0.05))
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=60)
+    assert writer.stdout is not None
+    output += writer.stdout.read()
+    writer.stdout.close()
+    return output
 
 
 def _verify(
