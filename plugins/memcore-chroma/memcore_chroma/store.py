@@ -34,7 +34,7 @@ from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace, text_matches
 from memcore.validation import Matrix, check_dimension
-from memcore_chroma import connection, erasure, urls
+from memcore_chroma import connection, erasure, recovery, urls
 from memcore_chroma.connection import Connection
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
@@ -538,10 +538,22 @@ class ChromaStoreBase(BaseStore):
             path = self._connection.persist_path
             if path is not None:
                 with self._connection.exclusive():
-                    self._connection.restart(lambda: erasure.compact_persist_directory(path))
+                    self._connection.restart(lambda: _compact_and_reindex(path))
 
     def _close(self) -> None:
         self._connection.release()
+
+
+def _compact_and_reindex(path: Path) -> None:
+    """Compact the folder, then drop its vector index files for Chroma to rebuild from the log.
+
+    chromadb writes its index files from buffers that can hold bytes of deleted records (found by
+    the erasure scenario of the reliability battery: a deleted record's content and id inside
+    ``data_level0.bin`` after a purge); rebuilt from the purged log, they cannot.
+    """
+    erasure.compact_persist_directory(path)
+    if (path / recovery.LOG_COMPLETE).exists():
+        recovery.reset_vector_indexes(path)
 
 
 class ChromaStore(ChromaStoreBase):
