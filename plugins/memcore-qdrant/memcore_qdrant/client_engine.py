@@ -34,14 +34,12 @@ from memcore.errors import DimensionMismatchError, EmbedderMismatchError, StoreC
 from memcore.store import VectorSpace
 from memcore_qdrant import payload as fields
 from memcore_qdrant.engine import (
-    BUILT_IN_INDEXES,
-    MAX_METADATA_INDEXES,
     SCROLL_PAGE,
     VECTOR_NAME,
     Direction,
     Hit,
     Point,
-    indexed_name,
+    indexes_to_create,
     pages,
 )
 from memcore_qdrant.errors import IncompatibleCollectionError, IncompatibleServerError
@@ -317,10 +315,7 @@ class ClientEngine:
         if not (wanted and self._server):
             return
         present = set(self._client.get_collection(self._collection).payload_schema or {})
-        metadata = sum(1 for name in present if name not in BUILT_IN_INDEXES)
-        for path, kind in sorted(wanted):
-            if indexed_name(path) in present or metadata >= MAX_METADATA_INDEXES:
-                continue
+        for path, kind in indexes_to_create(present, wanted):
             schema: Any = {
                 "keyword": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD),
                 "integer": models.IntegerIndexParams(
@@ -329,7 +324,6 @@ class ClientEngine:
                 "float": models.FloatIndexParams(type=models.FloatIndexType.FLOAT),
             }[kind]
             self._client.create_payload_index(self._collection, path, field_schema=schema, wait=True)
-            metadata += 1
 
     def load_space(self) -> VectorSpace | None:
         if self._space is None:

@@ -38,13 +38,11 @@ from memcore.store import VectorSpace
 from memcore_qdrant import meta
 from memcore_qdrant import payload as fields
 from memcore_qdrant.engine import (
-    BUILT_IN_INDEXES,
-    MAX_METADATA_INDEXES,
     VECTOR_NAME,
     Direction,
     Hit,
     Point,
-    indexed_name,
+    indexes_to_create,
     pages,
 )
 from memcore_qdrant.errors import IncompatibleCollectionError
@@ -267,18 +265,15 @@ class EdgeEngine:
         self._shard.update(edge.UpdateOperation.delete_points_by_filter(render_filter(where)))
 
     def index_fields(self, wanted: set[tuple[str, IndexKind]]) -> None:
-        present = set(self._shard.info().payload_schema) if wanted else set()
-        metadata = sum(1 for name in present if name not in BUILT_IN_INDEXES)
-        for path, kind in sorted(wanted):
-            if indexed_name(path) in present or metadata >= MAX_METADATA_INDEXES:
-                continue
+        if not wanted:
+            return
+        for path, kind in indexes_to_create(set(self._shard.info().payload_schema), wanted):
             params: Any = {
                 "keyword": edge.KeywordIndexParams(),
                 "integer": edge.IntegerIndexParams(lookup=True, range=True),
                 "float": edge.FloatIndexParams(),
             }[kind]
             self._shard.update(edge.UpdateOperation.create_field_index(path, params))
-            metadata += 1
 
     def load_space(self) -> VectorSpace | None:
         return self._space

@@ -74,6 +74,14 @@ BUILT_IN_INDEXES = frozenset({*fields.KEYWORD_FIELDS, fields.CREATED_AT})
 """The payload indexes every collection gets at creation."""
 
 
+def indexes_to_create(present: set[str], wanted: set[tuple[str, IndexKind]]) -> list[tuple[str, IndexKind]]:
+    """The ``wanted`` metadata indexes missing from ``present`` (index names as Qdrant lists them),
+    within :data:`MAX_METADATA_INDEXES`."""
+    room = MAX_METADATA_INDEXES - sum(1 for name in present if name not in BUILT_IN_INDEXES)
+    missing = [(path, kind) for path, kind in sorted(wanted) if indexed_name(path) not in present]
+    return missing[: max(0, room)]
+
+
 def indexed_name(path: str) -> str:
     """How Qdrant lists the index of a payload path: ``m_int."n"`` as ``m_int.n``.
 
