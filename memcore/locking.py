@@ -1,4 +1,5 @@
-"""One open store per path: an exclusive file lock that a killed process leaves behind harmlessly.
+"""One open store per path: an exclusive file lock that a killed process leaves behind harmlessly;
+and making a folder's entries durable.
 
 Embedded engines (the jsonl store, Qdrant Edge, embedded Chroma) are not safe
 with two writers on one folder. :func:`lock_path` takes a non-blocking
@@ -43,3 +44,12 @@ def lock_path(lock_file: Path, *, what: str, advice: str) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a folder's entries (new, renamed or removed files, lock files, markers) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

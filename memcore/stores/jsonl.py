@@ -45,7 +45,7 @@ from memcore.errors import (
     StoreError,
 )
 from memcore.filters import Filter
-from memcore.locking import lock_path
+from memcore.locking import fsync_dir, lock_path
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
@@ -114,7 +114,7 @@ class JsonlStore(BaseStore):
         try:
             if not self.path.exists():
                 self.path.mkdir(mode=jsonl_log.DIR_MODE, parents=True)
-                jsonl_log.fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
             self._lock_fd = lock_path(
                 self.path / ".lock",
                 what=f"the jsonl store at {self.path}",

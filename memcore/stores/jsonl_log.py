@@ -30,6 +30,7 @@ from uuid import UUID
 
 import numpy as np
 
+from memcore.locking import fsync_dir
 from memcore.records import MemoryRecord
 from memcore.validation import Matrix
 
@@ -172,15 +173,6 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(temporary, path)
     fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a folder's entries (new, renamed or removed files) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def make_private_dir(path: Path) -> None:

@@ -25,13 +25,13 @@ in the log before ``upsert`` returns.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 from memcore.errors import StoreCorruptedError
+from memcore.locking import fsync_dir
 from memcore_chroma.erasure import SQLITE_FILE
 
 OPEN_MARKER = "memcore.open"
@@ -103,18 +103,10 @@ def mark(path: Path, name: str) -> None:
     """Create the marker file ``name`` in ``path`` durably."""
     with open(path / name, "w"):
         pass
-    _sync_folder(path)
+    fsync_dir(path)
 
 
 def unmark(path: Path, name: str) -> None:
     """Remove the marker file ``name`` from ``path`` durably."""
     (path / name).unlink(missing_ok=True)
-    _sync_folder(path)
-
-
-def _sync_folder(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    fsync_dir(path)
