@@ -51,9 +51,9 @@ class HybridRecall(MemcoreModel):
     invalid_error: ClassVar[type[InvalidInputError]] = InvalidInputError
 
     candidates: int = pydantic.Field(default=50, ge=1, le=1_000)
-    dense_weight: float = pydantic.Field(default=0.4, ge=0.0, le=1.0)
-    neighbour_weight: float = pydantic.Field(default=0.5, ge=0.0)
-    session_weight: float = pydantic.Field(default=0.3, ge=0.0)
+    dense_weight: float = pydantic.Field(default=0.35, ge=0.0, le=1.0)
+    neighbour_weight: float = pydantic.Field(default=0.3, ge=0.0)
+    session_weight: float = pydantic.Field(default=0.45, ge=0.0)
     neighbours_of: int = pydantic.Field(default=10, ge=0, le=100)
 
 

@@ -17,9 +17,16 @@ from memcore.scope import Scope
 from memcore.stores.memory import MemoryStore
 
 
-def test_terms_drop_stop_words_possessives_and_plurals() -> None:
-    assert terms("What did Caroline's kids like about the books?") == ["caroline", "kid", "like", "book"]
+def test_terms_drop_stop_words_and_possessives_and_stem() -> None:
+    assert terms("What did Caroline's kids like about the books?") == ["carolin", "kid", "like", "book"]
     assert terms("glass class") == ["glass", "class"], "a double s is not a plural"
+    assert terms("painting painted paints") == ["paint"] * 3
+    assert terms("Adopted? adoption!") == ["adopt", "adopt"]
+
+
+def test_a_stemmed_query_finds_other_forms_of_its_words() -> None:
+    scores = bm25_scores("When did she adopt the dogs?", ["adopted a dog in May", "went to the beach"])
+    assert scores[0] > 0 and scores[1] == 0
 
 
 def test_bm25_matches_the_formula() -> None:
