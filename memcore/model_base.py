@@ -8,11 +8,29 @@ anything else becomes the model's ``invalid_error``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final, Self
 
 import pydantic
 
 from memcore.errors import InvalidInputError, InvalidRecordError, MemcoreError
+
+STORED: Final[Mapping[str, bool]] = {"memcore_stored": True}
+"""Validation context for data a store reads back from what it wrote itself.
+
+Its values were checked on the way in, so the value checks that cost most on every
+read (scope values against their pattern, metadata keys and ranges, record kinds) are
+skipped; pydantic still checks the shape (types, required fields, no extras), so a
+payload memcore did not write is still refused. Adapter overhead on Qdrant Edge
+reads was mostly these checks (``memcore bench``). Used by the plugins that keep each
+record's JSON in their engine (Qdrant, Chroma); the ``jsonl`` store still validates
+fully when it reopens, once per open, as its file is plain text a person may edit.
+"""
+
+
+def is_stored(info: pydantic.ValidationInfo) -> bool:
+    """Whether a validator runs on data a store wrote itself (validated with :data:`STORED`)."""
+    return info.context is STORED
 
 
 def _translate(exc: pydantic.ValidationError, default: type[InvalidInputError]) -> MemcoreError:

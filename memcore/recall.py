@@ -98,7 +98,7 @@ def hybrid_search(
         for record_id in records
     }
     ranked = sorted(final, key=lambda record_id: (-final[record_id], records[record_id].created_at))
-    return [ScoredRecord(record=records[i], score=final[i]) for i in ranked[:limit] if final[i] > 0]
+    return [ScoredRecord.of(records[i], final[i]) for i in ranked[:limit] if final[i] > 0]
 
 
 def _neighbours(store: Store, record: MemoryRecord, filter: Filter | None) -> list[MemoryRecord]:

@@ -21,7 +21,7 @@ from typing import ClassVar
 import pydantic
 
 from memcore.errors import InvalidInputError, ScopeError
-from memcore.model_base import MemcoreModel
+from memcore.model_base import MemcoreModel, is_stored
 
 SCOPE_FIELDS: tuple[str, ...] = ("tenant", "user_id", "agent_id", "session_id")
 """The scope fields, most significant first."""
@@ -63,33 +63,30 @@ class Scope(MemcoreModel):
     agent_id: str | None = None
     session_id: str | None = None
 
-    _admin: bool = pydantic.PrivateAttr(default=False)
-
-    @pydantic.field_validator(*SCOPE_FIELDS)
-    @classmethod
-    def _check_value(cls, value: str | None) -> str | None:
-        return None if value is None else validate_scope_value(value)
-
+    # One model validator rather than one per field: a scope is decoded with every record read.
     @pydantic.model_validator(mode="after")
-    def _check_not_empty(self) -> Scope:
-        if self.is_everything:
+    def _check_values(self, info: pydantic.ValidationInfo) -> Scope:
+        if is_stored(info):
+            return self
+        values = [value for name in SCOPE_FIELDS if (value := getattr(self, name)) is not None]
+        if not values:
             raise ScopeError(
                 "a scope needs at least one of tenant, user_id, agent_id, session_id; "
                 "admin tools that mean every record use Scope.everything()"
             )
+        for value in values:
+            validate_scope_value(value)
         return self
 
     @classmethod
     def everything(cls) -> Scope:
         """The admin scope that matches every record. Never valid on a record."""
-        scope = cls.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)
-        scope._admin = True
-        return scope
+        return _EVERYTHING
 
     @property
     def is_admin(self) -> bool:
-        """Whether this is the scope :meth:`everything` made (not an empty scope made otherwise)."""
-        return self._admin
+        """Whether this is the scope :meth:`everything` returns (not an empty scope made otherwise)."""
+        return self is _EVERYTHING
 
     @property
     def is_everything(self) -> bool:
@@ -115,3 +112,7 @@ class Scope(MemcoreModel):
 
     def __str__(self) -> str:
         return ",".join(f"{name}={value}" for name, value in self.items()) or "<everything>"
+
+
+_EVERYTHING = Scope.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)
+"""The one admin scope (frozen, so shared); a copy of it is an empty scope, not an admin one."""

@@ -443,7 +443,7 @@ class BaseStore(ABC):
         records = self._list(scope, node, "desc", None, None, None)
         scores = bm25_scores(keywords, [record.message.content for record in records])
         ranked = sorted((i for i, score in enumerate(scores) if score > 0), key=lambda i: -scores[i])
-        return [ScoredRecord(record=records[i], score=scores[i]) for i in ranked[:limit]]
+        return [ScoredRecord.of(records[i], scores[i]) for i in ranked[:limit]]
 
     @abstractmethod
     def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int: ...

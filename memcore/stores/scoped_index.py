@@ -229,7 +229,7 @@ class ScopedIndex:
         if query is None:
             newest = self.ordered(scope, node, "desc", None, None, None)
             matching = (r for r in newest if text is not None and text_matches(text, r.message.content))
-            return [ScoredRecord(record=r, score=1.0) for r in itertools.islice(matching, limit)]
+            return [ScoredRecord.of(r, 1.0) for r in itertools.islice(matching, limit)]
         if self.dimension is None:  # bound to an embedder, but no vector written yet
             return []
         selection = [(p, m) for p, m in self.select(scope) if p.size]
@@ -263,7 +263,7 @@ class ScopedIndex:
             if not exact and not evaluate(node, record):
                 continue
             score = min(1.0, max(-1.0, float(scores[position])))
-            hits.append(ScoredRecord(record=record, score=score))
+            hits.append(ScoredRecord.of(record, score))
             if len(hits) == limit:
                 break
         return hits

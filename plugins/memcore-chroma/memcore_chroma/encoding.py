@@ -104,7 +104,7 @@ def decode(record_id: str, document: str | None) -> MemoryRecord:
             f"the Chroma entry {record_id} has no document; it was not written by memcore"
         )
     try:
-        record = MemoryRecord.model_validate_json(document)
+        record = MemoryRecord.from_stored_json(document)
     except ValueError as exc:
         raise StoreCorruptedError(
             f"the Chroma entry {record_id} does not hold a valid record: {exc}"

@@ -395,7 +395,7 @@ class ChromaStoreBase(BaseStore):
         if query is None:
             records = [r for r in self._candidates(self._where(scope, compiled)) if wanted(r)]
             records.sort(key=_order_key, reverse=True)
-            return [ScoredRecord(record=r, score=1.0) for r in records[:limit]]
+            return [ScoredRecord.of(r, 1.0) for r in records[:limit]]
         if not self._indexes_vectors_of(query.shape[1]):
             return []
         where = self._where(scope, compiled, {VECTOR_KEY: True})
@@ -415,7 +415,7 @@ class ChromaStoreBase(BaseStore):
                     continue  # deleted by another thread between Chroma's index lookup and its read
                 record = decode(record_id, document)
                 if wanted(record):
-                    hits.append(ScoredRecord(record=record, score=float(np.clip(1.0 - distance, -1.0, 1.0))))
+                    hits.append(ScoredRecord.of(record, float(np.clip(1.0 - distance, -1.0, 1.0))))
                     if len(hits) == limit:
                         return hits
             if len(ids) < fetch:
@@ -455,7 +455,7 @@ class ChromaStoreBase(BaseStore):
         for row in np.argsort(-scores, kind="stable"):
             record = decode(found["ids"][row], documents[row])
             if wanted(record):
-                hits.append(ScoredRecord(record=record, score=float(scores[row])))
+                hits.append(ScoredRecord.of(record, float(scores[row])))
                 if len(hits) == limit:
                     break
         return hits

@@ -195,15 +195,14 @@ class QdrantStore(BaseStore):
         with self._lock, translated("search", self.location):
             where = self._where(scope, node, None if text is None else text_contains(text))
             if query is None:
-                return [ScoredRecord(record=r, score=1.0) for r in self._ordered(where, "desc", limit)]
+                return [ScoredRecord.of(r, 1.0) for r in self._ordered(where, "desc", limit)]
             if self._engine.dimension() is None:
                 # Not dead code: BaseStore.search lets a query through when an embedder is bound
                 # but no vector was written yet, and Qdrant has no ``dense`` vector to search then.
                 return []
             hits = self._engine.query(query[0].tolist(), where, limit)
             return [
-                ScoredRecord(record=fields.from_payload(h.payload), score=min(1.0, max(-1.0, h.score)))
-                for h in hits
+                ScoredRecord.of(fields.from_payload(h.payload), min(1.0, max(-1.0, h.score))) for h in hits
             ]
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
