@@ -34,6 +34,17 @@ HEALTHY = {"examples", "kills", "reopened", "acknowledged", "writes", "reads", "
 HEALTHY_PREFIXES = ("second_open_locked", "second_open_opened", "second_open_refused", "second_open_shared")
 
 
+def _progress(url: str) -> Callable[[Figures], None]:
+    """Prints the crash figures so far (after every 50 kills), so that a run cut short still reports."""
+    started = time.monotonic()
+
+    def report(figures: Figures) -> None:
+        seconds = round(time.monotonic() - started, 1)
+        print(f"{url:<16} {'crashes...':<12} {seconds:>7.1f} s  so far  {json.dumps(figures)}", flush=True)
+
+    return report
+
+
 def scenarios(scheme: str, scale: float) -> dict[str, Callable[[str], Figures]]:
     """The scenarios to run on a store of ``scheme``, with counts multiplied by ``scale``."""
 
@@ -47,7 +58,9 @@ def scenarios(scheme: str, scale: float) -> dict[str, Callable[[str], Figures]]:
         "concurrency": lambda url: concurrency(url, threads=8, writes=n(1_000)),
     }
     if scheme in DURABLE:
-        chosen["crashes"] = lambda url: crash_loop(url, kills=n(500), batch=CRASH_BATCH.get(scheme, 20))
+        chosen["crashes"] = lambda url: crash_loop(
+            url, kills=n(500), batch=CRASH_BATCH.get(scheme, 20), report=_progress(url)
+        )
         chosen["locks"] = second_process
     return chosen
 

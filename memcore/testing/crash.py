@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from memcore.testing.reliability import Figures, zeros
@@ -86,13 +87,21 @@ def _read_acknowledged(writer: subprocess.Popen[bytes], wanted: int, timeout: fl
 
 
 def crash_loop(
-    url: str, kills: int, batch: int = 20, seed: int = 0, timeout: float = 120.0, kills_per_store: int = 50
+    url: str,
+    kills: int,
+    batch: int = 20,
+    seed: int = 0,
+    timeout: float = 120.0,
+    kills_per_store: int = 50,
+    report: Callable[[Figures], None] | None = None,
 ) -> Figures:
     """Kill a writer ``kills`` times and verify the store after each kill; return the figures.
 
     :param url: a durable store URL with ``{tmp}``.
     :param kills_per_store: kills on one store before the next starts in a fresh folder, so that
         every kill costs about the same (the writer and the verifier each reopen the whole store).
+    :param report: called with the figures so far after each store, so that a long run cut
+        short still tells what it found.
     """
     chance = random.Random(seed)
     failures = ("failed_reopens", "lost", "duplicates", "phantoms", "partial_batches", "unsearchable")
@@ -111,6 +120,8 @@ def crash_loop(
                 figures["kills"] += 1
                 _verify(location, tried, acknowledged, batch, figures, timeout)
         acknowledged_total += len(acknowledged)
+        if report is not None:
+            report({**figures, "acknowledged": acknowledged_total})
     figures["acknowledged"] = acknowledged_total
     return dict(figures)
 
