@@ -127,11 +127,19 @@ class QdrantStore(BaseStore):
         return scoped(scope, *extra, condition)
 
     def _ordered(self, where: Clause, order: Order, limit: int) -> builtins.list[MemoryRecord]:
-        """The first ``limit`` records by (created_at, id): Qdrant orders by time, ties are settled here."""
-        first = self._engine.scroll(where, limit=limit, order=order)
+        """The first ``limit`` records by (created_at, id): Qdrant orders by time, ties are settled here.
+
+        One point more than asked tells whether the last one shares its time with points left
+        out; only then is the tie read whole (times are strictly increasing within a process,
+        so that second read is rare).
+        """
+        first = self._engine.scroll(where, limit=limit + 1, order=order)
         points = {p.id: p for p in first}
-        if len(first) >= limit:
-            boundary = Match(fields.CREATED_AT, first[-1].payload[fields.CREATED_AT])
+        if (
+            len(first) > limit
+            and first[limit].payload[fields.CREATED_AT] == first[limit - 1].payload[fields.CREATED_AT]
+        ):
+            boundary = Match(fields.CREATED_AT, first[limit - 1].payload[fields.CREATED_AT])
             tied = Clause(must=(*where.must, boundary), should=where.should, must_not=where.must_not)
             points.update((p.id, p) for p in self._engine.scroll(tied))
         records = sorted(_records(list(points.values())), key=_order_key, reverse=order == "desc")
