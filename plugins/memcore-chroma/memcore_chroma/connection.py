@@ -137,11 +137,14 @@ class Connection:
     :param shared: the client and its locks, shared by the stores of one embedded path.
     :param persist_path: the embedded persist directory, ``None`` for a server or memory.
     :param release: called once by the store that closes this connection.
+    :param counts_deletes: whether ``delete`` reports how many records it deleted: chromadb
+        in this process does; a server of another version may not (its client then says 0).
     """
 
     shared: SharedClient
     persist_path: Path | None
     release: Callable[[], None]
+    counts_deletes: bool = True
 
     @property
     def client(self) -> ClientAPI:
@@ -315,4 +318,4 @@ def http(host: str, port: int, ssl: bool, tenant: str, database: str) -> Connect
                 "on the server first"
             ) from exc.__cause__
         raise
-    return Connection(SharedClient(client), None, lambda: close_client(client))
+    return Connection(SharedClient(client), None, lambda: close_client(client), counts_deletes=False)

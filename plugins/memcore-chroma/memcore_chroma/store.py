@@ -307,23 +307,28 @@ class ChromaStoreBase(BaseStore):
         }
 
     def _delete_ids(self, ids: Sequence[str], where: Where | None) -> int:
-        """Delete these ids, but only where ``where`` still holds (another writer may have moved one)."""
+        """Delete these ids, but only where ``where`` still holds (another writer may have moved one).
+
+        Returns the count Chroma reports where it reports one, else how many ids were given.
+        """
         deleted = 0
         for chunk in _chunks(ids, PAGE_SIZE):
             result = self._call(
                 "deleting records",
                 lambda c, chunk=chunk: c.delete(ids=list(chunk), where=where),  # type: ignore[misc]
             )
-            count = result.get("deleted") if isinstance(result, dict) else None
+            count = result.get("deleted") if self._connection.counts_deletes and result else None
             deleted += count if isinstance(count, int) else len(chunk)
         return deleted
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
-        wanted = [str(record_id) for record_id in ids]
+        wanted = [str(record_id) for record_id in dict.fromkeys(ids)]
         where = all_of(scope_clauses(scope))
         with self._connection.write_lock:
-            found = self._call("finding records", lambda c: c.get(ids=wanted, where=where, include=[]))
-            return self._delete_ids(found["ids"], where)
+            if not self._connection.counts_deletes:
+                found = self._call("finding records", lambda c: c.get(ids=wanted, where=where, include=[]))
+                wanted = found["ids"]
+            return self._delete_ids(wanted, where)
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._connection.write_lock:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from chroma_server import ChromaServer
@@ -251,6 +252,8 @@ def test_delete_never_removes_a_record_moved_to_another_scope(monkeypatch: pytes
         record = make_record(a, "a's")
         store.add([record])
         moved = _moved(record, b, "b's")
+        # A server's delete may not count, so the ids are looked up first (as here, forced).
+        monkeypatch.setattr(store._connection, "counts_deletes", False)
 
         def race() -> None:  # between delete's scoped lookup and the delete itself
             store.delete(a, [record.id])
@@ -260,6 +263,17 @@ def test_delete_never_removes_a_record_moved_to_another_scope(monkeypatch: pytes
         store.delete(a, [record.id])
         monkeypatch.undo()
         assert store.get(b, [record.id]) == [moved]
+
+
+def test_a_delete_chroma_counts_itself_reports_only_what_the_scope_held() -> None:
+    a, b = Scope(tenant="a"), Scope(tenant="b")
+    with ChromaMemoryStore() as store:
+        assert store._connection.counts_deletes
+        mine, theirs = make_record(a, "a's"), make_record(b, "b's")
+        store.add([mine, theirs])
+        assert store.delete(a, [mine.id, theirs.id, mine.id, uuid4()]) == 1
+        assert store.get(b, [theirs.id]) == [theirs]
+        assert store.delete(a, [mine.id]) == 0
 
 
 # -- 6. binding a dimension after records without vectors -------------------------
