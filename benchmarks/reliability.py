@@ -30,6 +30,9 @@ EMBEDDED = {
 DURABLE = {"jsonl", "qdrant", "chroma"}
 CRASH_BATCH = {"chroma": 400}
 """Records per killed writer's batch where the engine saves its index every 1,000 writes."""
+KILLS_PER_STORE = {"chroma": 10}
+"""Chroma rebuilds its index from its log at every unclean open (writer and verifier): smaller
+stores keep each kill at a few seconds. Every kill is still a kill of a writer mid-batch."""
 HEALTHY = {"examples", "kills", "reopened", "acknowledged", "writes", "reads", "deleted", "typed_errors"}
 HEALTHY_PREFIXES = ("second_open_locked", "second_open_opened", "second_open_refused", "second_open_shared")
 
@@ -59,7 +62,11 @@ def scenarios(scheme: str, scale: float) -> dict[str, Callable[[str], Figures]]:
     }
     if scheme in DURABLE:
         chosen["crashes"] = lambda url: crash_loop(
-            url, kills=n(500), batch=CRASH_BATCH.get(scheme, 20), report=_progress(url)
+            url,
+            kills=n(500),
+            batch=CRASH_BATCH.get(scheme, 20),
+            kills_per_store=KILLS_PER_STORE.get(scheme, 50),
+            report=_progress(url),
         )
         chosen["locks"] = second_process
     return chosen
