@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "bench",
         help="benchmark stores side by side against the exact-search floor",
-        description="Insert, search (whole tenant, by scope and by filter at 1/10/50 %% selectivity), "
+        description="Insert, search (whole tenant, by scope and by filter at 1/10/50 % selectivity), "
         "recall@10 and delete on each store, the same queries on an exact numpy floor, and a "
         "many-tenants workload, adapter overhead against each plugin's raw client, and the agent loop. "
         "Writes results.json, results.md and PNG plots to --out.",
