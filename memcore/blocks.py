@@ -18,7 +18,6 @@ from memcore.recall import HybridRecall, RecallMode, hybrid_search
 from memcore.records import SUMMARY_KIND, ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
-from memcore.turn_context import DEFAULT_PREVIOUS_TURN_WEIGHT, with_previous_turns
 
 PINNED_ROLES = ("system", "developer")
 """The roles of the message pinned at the top of the history (its first one)."""
@@ -32,10 +31,6 @@ def embedding_text(message: Message) -> str:
     if message.content.strip() or not message.tool_calls:
         return message.content
     return " ".join(f"{call.function.name} {call.function.arguments}" for call in message.tool_calls)
-
-
-def _text_of(record: MemoryRecord) -> str:
-    return embedding_text(record.message)
 
 
 def check_in_scope(scope: Scope, records: Sequence[MemoryRecord]) -> None:
@@ -140,8 +135,6 @@ class VectorBlock:
     :param mode: how a query is matched: ``"dense"`` (vector similarity, default), ``"keyword"``
         (BM25) or ``"hybrid"`` (both, fused and smoothed along sessions: :mod:`memcore.recall`).
     :param hybrid: the settings of hybrid recall.
-    :param previous_turn_weight: how much of the previous turn of its session a conversation
-        turn's stored vector carries (:mod:`memcore.turn_context`; 0 stores plain embeddings).
     """
 
     def __init__(
@@ -153,7 +146,6 @@ class VectorBlock:
         *,
         mode: RecallMode = "dense",
         hybrid: HybridRecall | None = None,
-        previous_turn_weight: float = DEFAULT_PREVIOUS_TURN_WEIGHT,
     ) -> None:
         self.store, self.embedder, self.scope = store, embedder, scope
         self.recall_limit = check_positive("recall_limit", recall_limit)
@@ -161,20 +153,12 @@ class VectorBlock:
             raise InvalidInputError(f"recall mode must be 'dense', 'keyword' or 'hybrid', got {mode!r}")
         self.mode = mode
         self.hybrid = hybrid if hybrid is not None else HybridRecall()
-        if isinstance(previous_turn_weight, bool) or not 0 <= previous_turn_weight <= 1:
-            raise InvalidInputError(f"previous_turn_weight must be in [0, 1], got {previous_turn_weight!r}")
-        self.previous_turn_weight = previous_turn_weight
 
     def write_records(self, records: Sequence[MemoryRecord]) -> None:
-        """Embed the records in one batch and store them with their vectors (turns in context)."""
+        """Embed the records in one batch and store them with their vectors."""
         check_in_scope(self.scope, records)
-        if not records:
-            return
-        vectors = self.embedder.embed([_text_of(r) for r in records])
-        vectors = with_previous_turns(
-            self.store, records, vectors, self.embedder.embed, _text_of, self.previous_turn_weight
-        )
-        self.store.add(records, vectors)
+        if records:
+            self.store.add(records, self.embedder.embed([embedding_text(r.message) for r in records]))
 
     def retrieve(
         self,

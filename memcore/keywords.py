@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import snowballstemmer  # type: ignore[import-untyped]  # the package ships no type hints
 
@@ -40,9 +41,20 @@ STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
 _WORD = re.compile(r"\w+(?:'\w+)?")
 _MEMOISED_CHARS = 2_048
-_stem_word: Callable[[str], str] = snowballstemmer.stemmer("english").stemWord
-_stem = functools.lru_cache(maxsize=65_536)(_stem_word)
-"""The pure-Python stemmer takes ~30 us a word; words repeat, so each is stemmed once."""
+_stemmer = snowballstemmer.stemmer("english")
+_stemmer_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=65_536)
+def _stem(word: str) -> str:
+    """Each word is stemmed once (the pure-Python stemmer takes ~30 us a word).
+
+    The stemmer keeps its working state on itself, so two threads stemming at once corrupt
+    each other's words (and the cache would keep the wrong stems): one at a time.
+    """
+    with _stemmer_lock:
+        stem: str = _stemmer.stemWord(word)
+    return stem
 
 
 def terms(text: str) -> list[str]:

@@ -317,7 +317,6 @@ class VectorMemory(AgentMemory):
             self.policy.limit,
             mode=self.policy.recall,
             hybrid=self.policy.hybrid,
-            previous_turn_weight=self.policy.previous_turn_weight,
         )
 
     @property

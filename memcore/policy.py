@@ -15,7 +15,6 @@ from memcore.errors import InvalidInputError
 from memcore.model_base import MemcoreModel
 from memcore.recall import HybridRecall, RecallMode
 from memcore.scope import Scope
-from memcore.turn_context import DEFAULT_PREVIOUS_TURN_WEIGHT
 
 RecallReach = Literal["session", "agent", "user", "tenant"]
 
@@ -46,9 +45,6 @@ class MemoryPolicy(MemcoreModel):
         ``"keyword"`` (BM25) or ``"hybrid"`` (both, fused, smoothed along sessions;
         see :mod:`memcore.recall` and the LoCoMo figures in the README).
     :param hybrid: the settings of hybrid recall.
-    :param previous_turn_weight: how much of the previous turn of its session a conversation
-        turn's stored vector carries, so that a reply is found by what it answers (0.3;
-        0 stores plain embeddings; see :mod:`memcore.turn_context`).
     """
 
     invalid_error: ClassVar[type[InvalidInputError]] = InvalidInputError
@@ -60,7 +56,6 @@ class MemoryPolicy(MemcoreModel):
     scope: RecallReach = "agent"
     recall: RecallMode = "dense"
     hybrid: HybridRecall = pydantic.Field(default_factory=HybridRecall)
-    previous_turn_weight: float = pydantic.Field(default=DEFAULT_PREVIOUS_TURN_WEIGHT, ge=0.0, le=1.0)
 
     def recall_scope(self, scope: Scope) -> Scope:
         """The scope recall reads, derived from a memory's own ``scope``.

@@ -25,7 +25,7 @@ from uuid import UUID, uuid4
 
 import pydantic
 
-from memcore.blocks import PINNED_ROLES, VectorBlock
+from memcore.blocks import PINNED_ROLES, embedding_text
 from memcore.embedders.base import Embedder
 from memcore.errors import ConflictError, InvalidInputError, InvalidRecordError, ScopeError
 from memcore.model_base import MemcoreModel
@@ -33,7 +33,6 @@ from memcore.records import SUMMARY_KIND, MemoryRecord, Message, MetadataValue, 
 from memcore.scope import Scope, validate_scope_value
 from memcore.store import Store, VectorSpace
 from memcore.tokens import HeuristicTokenCounter, TokenCounter
-from memcore.turn_context import DEFAULT_PREVIOUS_TURN_WEIGHT
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
@@ -204,9 +203,7 @@ class SessionMemory:
     :param scope: the owner of the sessions (tenant, user, agent); must not set ``session_id``.
     :param embedder: if given, turns are written with vectors, so that a
         :class:`~memcore.memories.VectorMemory` can recall them (and summarised
-        turns stay recallable); conversation turns carry their previous turn
-        (``previous_turn_weight``, as in :class:`~memcore.memories.VectorMemory`).
-    :param previous_turn_weight: see :mod:`memcore.turn_context` (0 stores plain embeddings).
+        turns stay recallable).
     :param summarizer: condenses older turns (default :class:`ExtractiveSummarizer`).
     :param token_counter: measures the prompt (default :class:`HeuristicTokenCounter`).
     :param summarize_over: summarise when the prompt exceeds this many tokens; ``None`` never.
@@ -219,7 +216,6 @@ class SessionMemory:
         scope: Scope,
         *,
         embedder: Embedder | None = None,
-        previous_turn_weight: float = DEFAULT_PREVIOUS_TURN_WEIGHT,
         summarizer: Summarizer | None = None,
         token_counter: TokenCounter | None = None,
         summarize_over: int | None = 3_000,
@@ -231,10 +227,8 @@ class SessionMemory:
         self.summarizer = summarizer or ExtractiveSummarizer()
         self.token_counter = token_counter or HeuristicTokenCounter()
         self.summarize_over, self.keep_recent = summarize_over, keep_recent
-        self._vectors: VectorBlock | None = None
         if embedder is not None:
             store.bind_vector_space(VectorSpace(embedder.name, embedder.dim))
-            self._vectors = VectorBlock(store, embedder, scope, previous_turn_weight=previous_turn_weight)
 
     def session_scope(self, session_id: str) -> Scope:
         """The scope of one session's records."""
@@ -306,10 +300,10 @@ class SessionMemory:
     def _write(self, records: list[MemoryRecord]) -> None:
         if not records:
             return
-        if self._vectors is None:
+        if self.embedder is None:
             self.store.add(records)
         else:
-            self._vectors.write_records(records)
+            self.store.add(records, self.embedder.embed([embedding_text(r.message) for r in records]))
 
     def _summarise(self, scope: Scope, model: MemoryModel, previous: MemoryRecord | None) -> None:
         lead = 0

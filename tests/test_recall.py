@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import InvalidInputError
-from memcore.keywords import bm25_scores, terms
+from memcore.keywords import _stem, bm25_scores, terms
 from memcore.memories import VectorMemory
 from memcore.policy import MemoryPolicy
 from memcore.recall import HybridRecall
@@ -22,6 +23,20 @@ def test_terms_drop_stop_words_and_possessives_and_stem() -> None:
     assert terms("glass class") == ["glass", "class"], "a double s is not a plural"
     assert terms("painting painted paints") == ["paint"] * 3
     assert terms("Adopted? adoption!") == ["adopt", "adopt"]
+
+
+def test_stemming_from_many_threads_gives_the_same_stems() -> None:
+    words = [
+        f"{stem}{suffix}{n}"
+        for n in range(300)
+        for stem in ("run", "adopt", "paint")
+        for suffix in ("ing", "ed")
+    ]
+    expected = [_stem.__wrapped__(word) for word in words]
+    _stem.cache_clear()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(3):
+            assert list(pool.map(_stem, words)) == expected
 
 
 def test_a_stemmed_query_finds_other_forms_of_its_words() -> None:

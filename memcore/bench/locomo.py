@@ -4,9 +4,7 @@ Each conversation's turns are written as records of one user, each session of th
 memcore session (``"speaker: text"``, plus the image caption where there is one); each question with
 evidence is recalled through a memory in each recall mode (dense, keyword, hybrid), and recall@k is
 the share of the question's evidence turns among the top k, averaged per category
-(1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial) and overall. ``dense-plain``
-is dense recall over plain turn embeddings (``previous_turn_weight=0``, the issue's baseline); the
-other modes use the default turn vectors, which carry the previous turn (:mod:`memcore.turn_context`).
+(1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial) and overall.
 
 Evidence ids are repaired where unambiguous (``"D8:6; D9:17"`` is two ids, ``"D:11:26"`` is
 ``D11:26``, ``"D30:05"`` is ``D30:5``); ids that match no turn are dropped; both are counted.
@@ -30,17 +28,10 @@ from memcore.recall import RecallMode
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.stores.memory import MemoryStore
-from memcore.turn_context import DEFAULT_PREVIOUS_TURN_WEIGHT
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 KS = (1, 5, 10)
-VARIANTS: dict[str, tuple[RecallMode, float]] = {
-    "dense-plain": ("dense", 0.0),
-    "dense": ("dense", DEFAULT_PREVIOUS_TURN_WEIGHT),
-    "keyword": ("keyword", DEFAULT_PREVIOUS_TURN_WEIGHT),
-    "hybrid": ("hybrid", DEFAULT_PREVIOUS_TURN_WEIGHT),
-}
-"""Name: (recall mode, previous-turn weight of the stored vectors)."""
+MODES: tuple[RecallMode, ...] = ("dense", "keyword", "hybrid")
 _ID = re.compile(r"D:?(\d+):0*(\d+)")
 
 
@@ -98,11 +89,11 @@ def _records(sample: dict[str, Any]) -> list[MemoryRecord]:
 
 
 def run_locomo(path: Path, embedder: Embedder, progress: Progress) -> dict[str, Any]:
-    """Recall@1/5/10 per category and overall, and the recall latency, for each of :data:`VARIANTS`.
+    """Recall@1/5/10 per category and overall, and the recall latency, for each recall mode.
 
-    Every conversation's turns are written once per previous-turn weight (one store
-    each); each question is then recalled through a :class:`~memcore.memories.VectorMemory`
-    per variant reaching all sessions of the conversation. The query's embedding is
+    Every conversation's turns are written once; each question is then recalled
+    through a :class:`~memcore.memories.VectorMemory` per mode (dense, keyword,
+    hybrid) reaching all sessions of the conversation. The query's embedding is
     made before the clock starts (the memories share one cached embedder), so
     latencies are recall alone.
     """
@@ -110,27 +101,20 @@ def run_locomo(path: Path, embedder: Embedder, progress: Progress) -> dict[str, 
     shared = cached(embedder)
     counts: dict[str, int] = defaultdict(int)
     hits: dict[str, dict[str, dict[int, list[float]]]] = {
-        name: defaultdict(lambda: {k: [] for k in KS}) for name in VARIANTS
+        mode: defaultdict(lambda: {k: [] for k in KS}) for mode in MODES
     }
-    latencies: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
     for done, sample in enumerate(samples, 1):
+        store = MemoryStore()
         user = Scope(tenant="locomo", user_id=str(sample["sample_id"]))
-        stores = {weight: MemoryStore() for _, weight in VARIANTS.values()}
         memories = {
-            name: VectorMemory(
-                stores[weight],
-                shared,
-                user,
-                policy=MemoryPolicy(limit=max(KS), scope="user", recall=mode, previous_turn_weight=weight),
+            mode: VectorMemory(
+                store, shared, user, policy=MemoryPolicy(limit=max(KS), scope="user", recall=mode)
             )
-            for name, (mode, weight) in VARIANTS.items()
+            for mode in MODES
         }
         records = _records(sample)
-        written: set[float] = set()
-        for name, (_, weight) in VARIANTS.items():
-            if weight not in written:
-                memories[name].write_records(records)
-                written.add(weight)
+        memories["dense"].write_records(records)
         known = {str(record.metadata["dia_id"]) for record in records}
         for qa in sample["qa"]:
             evidence = evidence_ids(qa.get("evidence", []), known, counts)
@@ -139,27 +123,27 @@ def run_locomo(path: Path, embedder: Embedder, progress: Progress) -> dict[str, 
             question = str(qa["question"])
             shared.embed([question])
             category = CATEGORIES.get(int(qa["category"]), str(qa["category"]))
-            for name, memory in memories.items():
+            for mode, memory in memories.items():
                 started = time.perf_counter()
                 recalled = memory.retrieve(question)
-                latencies[name].append((time.perf_counter() - started) * 1_000)
+                latencies[mode].append((time.perf_counter() - started) * 1_000)
                 ranked = [str(item.record.metadata["dia_id"]) for item in recalled]
                 for k in KS:
                     share = len(set(ranked[:k]) & set(evidence)) / len(evidence)
-                    hits[name][category][k].append(share)
-                    hits[name]["overall"][k].append(share)
+                    hits[mode][category][k].append(share)
+                    hits[mode]["overall"][k].append(share)
         progress("conversations", done, len(samples))
     return {
         "questions": len(hits["dense"]["overall"][KS[0]]),
         "modes": {
-            name: {
+            mode: {
                 "recall": {
-                    category: {f"recall@{k}": round(sum(v) / len(v), 4) for k, v in by_k.items() if v}
-                    for category, by_k in hits[name].items()
+                    name: {f"recall@{k}": round(sum(v) / len(v), 4) for k, v in by_k.items() if v}
+                    for name, by_k in hits[mode].items()
                 },
-                "recall_p50_ms": _median(latencies[name]),
+                "recall_p50_ms": _median(latencies[mode]),
             }
-            for name in VARIANTS
+            for mode in MODES
         },
         "evidence_repaired": counts["repaired"],
         "evidence_dropped": counts["dropped"],
