@@ -85,8 +85,11 @@ class Scope(MemcoreModel):
 
     @property
     def is_admin(self) -> bool:
-        """Whether this is the scope :meth:`everything` returns (not an empty scope made otherwise)."""
-        return self is _EVERYTHING
+        """Whether this is the scope :meth:`everything` returns, or a copy of it (pickled, copied).
+
+        Not an empty scope made otherwise (``model_construct()``), which stores refuse.
+        """
+        return isinstance(self, _Everything)
 
     @property
     def is_everything(self) -> bool:
@@ -114,5 +117,12 @@ class Scope(MemcoreModel):
         return ",".join(f"{name}={value}" for name, value in self.items()) or "<everything>"
 
 
-_EVERYTHING = Scope.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)
-"""The one admin scope (frozen, so shared); a copy of it is an empty scope, not an admin one."""
+class _Everything(Scope):
+    """The type of the admin scope: a type rather than a private attribute, which pydantic would
+    initialise on every scope (every record read), and which copies and pickles keep."""
+
+    def __repr__(self) -> str:
+        return "Scope.everything()"
+
+
+_EVERYTHING = _Everything.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
+import pickle
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from memcore.errors import InvalidRecordError, ScopeError
 from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall, utc_now
 from memcore.scope import Scope
+from memcore.validation import check_scope
 
 
 def _call() -> ToolCall:
@@ -141,6 +144,30 @@ def test_empty_scope_is_refused_and_records_need_a_concrete_one() -> None:
         Scope()
     with pytest.raises(ScopeError):
         MemoryRecord(scope={}, message=Message(role="user", content="x"))  # type: ignore[arg-type]
+
+
+def test_the_admin_scope_survives_copies_and_pickles_and_an_empty_scope_is_not_it() -> None:
+    everything = Scope.everything()
+    copies = [copy.copy(everything), copy.deepcopy(everything), pickle.loads(pickle.dumps(everything))]
+    assert all(c.is_admin and c.is_everything for c in [everything, *copies, everything.model_copy()])
+    empty = Scope.model_construct()
+    assert not empty.is_admin and empty != everything
+    with pytest.raises(ScopeError):
+        check_scope(empty)
+    assert check_scope(everything).is_everything
+    with pytest.raises(ScopeError):
+        MemoryRecord(scope=everything, message=Message(role="user", content="x"))
+
+
+def test_a_stored_record_is_read_back_without_its_value_checks_but_not_without_its_shape() -> None:
+    record = MemoryRecord(scope=Scope(tenant="t"), message=Message(role="user", content="x"), kind="fact")
+    assert MemoryRecord.from_stored_json(record.model_dump_json()) == record
+    unchecked = record.model_dump_json().replace('"kind":"fact"', '"kind":"NOT A KIND"')
+    assert MemoryRecord.from_stored_json(unchecked).kind == "NOT A KIND", "checked when written"
+    with pytest.raises(InvalidRecordError):
+        MemoryRecord.model_validate_json(unchecked)
+    with pytest.raises(InvalidRecordError):
+        MemoryRecord.from_stored_json(record.model_dump_json().replace('"role":"user"', '"role":"wizard"'))
 
 
 def test_scope_digest_is_stable_and_distinct() -> None:
