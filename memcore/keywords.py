@@ -17,7 +17,8 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import snowballstemmer  # type: ignore[import-untyped]  # the package ships no type hints
 
@@ -74,6 +75,19 @@ def _terms(text: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def _term_counts(text: str) -> tuple[Mapping[str, int], int]:
+    """How often each term occurs in ``text``, and how many terms it has (memoised like :func:`terms`)."""
+    if len(text) > _MEMOISED_CHARS:
+        return _counted.__wrapped__(text)
+    return _counted(text)
+
+
+@functools.lru_cache(maxsize=32_768)
+def _counted(text: str) -> tuple[Mapping[str, int], int]:
+    found = terms(text)
+    return MappingProxyType(Counter(found)), len(found)
+
+
 def bm25_scores(query: str, documents: Sequence[str]) -> list[float]:
     """The BM25 score of each document for ``query``, over the statistics of ``documents``.
 
@@ -82,8 +96,7 @@ def bm25_scores(query: str, documents: Sequence[str]) -> list[float]:
     wanted = set(terms(query))
     if not wanted or not documents:
         return [0.0] * len(documents)
-    counted = [Counter(terms(document)) for document in documents]
-    lengths = [sum(counts.values()) for counts in counted]
+    counted, lengths = zip(*map(_term_counts, documents), strict=True)
     average = sum(lengths) / len(lengths) or 1.0
     frequency = Counter(term for counts in counted for term in wanted & counts.keys())
     weight = {
