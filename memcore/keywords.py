@@ -6,8 +6,7 @@ add noise: "what", "did", "the"), and each word is reduced to its Snowball (Port
 stem, so that "painting" finds "painted" and "adoption" finds "adopted" (on LoCoMo's
 development split this lifted hybrid recall@10 from 0.73 to 0.76). Statistics
 (document frequencies, average length) are those of the records being ranked, that is
-of the reading scope: one tenant's words never
-change another's ranking.
+of the reading scope: one tenant's words never change another's ranking.
 """
 
 from __future__ import annotations
