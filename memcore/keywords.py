@@ -74,7 +74,7 @@ def _terms(text: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _term_counts(text: str) -> tuple[Mapping[str, int], int]:
+def term_counts(text: str) -> tuple[Mapping[str, int], int]:
     """How often each term occurs in ``text``, and how many terms it has (memoised like :func:`terms`)."""
     if len(text) > _MEMOISED_CHARS:
         return _counted.__wrapped__(text)
@@ -87,26 +87,35 @@ def _counted(text: str) -> tuple[Mapping[str, int], int]:
     return MappingProxyType(Counter(found)), len(found)
 
 
+def idf(documents: int, containing: int) -> float:
+    """BM25's inverse document frequency of a term found in ``containing`` of ``documents``."""
+    return math.log(1 + (documents - containing + 0.5) / (containing + 0.5))
+
+
+def term_score(weight: float, tf: int, length: int, average: float) -> float:
+    """One term's share of a document's BM25 score: its ``weight`` (idf), saturated and length-normalised."""
+    return weight * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
+
+
 def bm25_scores(query: str, documents: Sequence[str]) -> list[float]:
     """The BM25 score of each document for ``query``, over the statistics of ``documents``.
 
-    A document sharing no term with the query scores 0.
+    A document sharing no term with the query scores 0. The exact reference: the
+    built-in stores answer from an inverted index that gives the same scores.
     """
     wanted = set(terms(query))
     if not wanted or not documents:
         return [0.0] * len(documents)
-    counted, lengths = zip(*map(_term_counts, documents), strict=True)
+    counted, lengths = zip(*map(term_counts, documents), strict=True)
     average = sum(lengths) / len(lengths) or 1.0
     frequency = Counter(term for counts in counted for term in wanted & counts.keys())
-    weight = {
-        term: math.log(1 + (len(documents) - seen + 0.5) / (seen + 0.5)) for term, seen in frequency.items()
-    }
+    weights = {term: idf(len(documents), seen) for term, seen in frequency.items()}
     scores = []
     for counts, length in zip(counted, lengths, strict=True):
         score = 0.0
-        for term, idf in weight.items():
+        for term, weight in weights.items():
             tf = counts.get(term, 0)
             if tf:
-                score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
+                score += term_score(weight, tf, length, average)
         scores.append(score)
     return scores

@@ -50,12 +50,16 @@ class Capabilities:
     :param ann: vector search is approximate (an ANN index), not exact.
     :param text_search: ``search(text=...)`` is supported.
     :param server: the data lives in a server process, not in this one.
+    :param keyword_index: ``search(keywords=...)`` reads an index instead of scanning every
+        record of the scope, so it stays fast as the scope grows (hybrid recall is then the
+        default of memories over this store).
     """
 
     durable: bool
     ann: bool = False
     text_search: bool = True
     server: bool = False
+    keyword_index: bool = False
 
 
 @dataclass(frozen=True)

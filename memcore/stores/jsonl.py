@@ -101,7 +101,7 @@ class JsonlStore(BaseStore):
 
     name: ClassVar[str] = "jsonl"
     schemes: ClassVar[tuple[str, ...]] = ("jsonl",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, keyword_index=True)
 
     def __init__(self, path: str | os.PathLike[str], dimension: int | None = None) -> None:
         super().__init__()
@@ -453,6 +453,14 @@ class JsonlStore(BaseStore):
         with self._lock:
             self._check_open()
             return self._index.search(scope, query, text, node, limit)
+
+    def _keyword_search(
+        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
+    ) -> list[ScoredRecord]:
+        with self._lock:
+            self._check_open()
+            hits = self._index.keyword_search(scope, keywords, node, limit)
+        return hits if hits is not None else super()._keyword_search(scope, keywords, node, limit)
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:

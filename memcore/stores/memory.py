@@ -26,7 +26,7 @@ class MemoryStore(BaseStore):
 
     name: ClassVar[str] = "memory"
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=False)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=True)
 
     def __init__(self, dimension: int | None = None) -> None:
         super().__init__()
@@ -70,6 +70,13 @@ class MemoryStore(BaseStore):
     ) -> list[ScoredRecord]:
         with self._lock:
             return self._index.search(scope, query, text, node, limit)
+
+    def _keyword_search(
+        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
+    ) -> list[ScoredRecord]:
+        with self._lock:
+            hits = self._index.keyword_search(scope, keywords, node, limit)
+        return hits if hits is not None else super()._keyword_search(scope, keywords, node, limit)
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:

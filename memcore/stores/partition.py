@@ -22,6 +22,7 @@ from memcore.filters import And, Comparison, Filter, Not
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.store import Order
+from memcore.stores.keyword_postings import Postings
 from memcore.validation import Matrix
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,6 +65,7 @@ class Partition:
     sessions: npt.NDArray[np.int32] = field(init=False)
     rows_in_time_order: bool = True
     _sorted_rows: npt.NDArray[np.intp] | None = None
+    _postings: Postings | None = None
 
     def __post_init__(self) -> None:
         self.vectors = np.zeros((_INITIAL_CAPACITY, self.dimension), dtype=np.float32)
@@ -108,6 +110,8 @@ class Partition:
             self.records.append(record)
             self.positions[record.id] = row
         else:
+            if self._postings is not None:
+                self._postings.discard(row, self.records[row].message.content)
             self.records[row] = record
             if stamp != self.timestamps[row]:
                 self.rows_in_time_order = False
@@ -118,13 +122,19 @@ class Partition:
         self.sessions[row] = _session_code(record.scope.session_id)
         self.has_vector[row] = vector is not None
         self.vectors[row] = 0.0 if vector is None else vector
+        if self._postings is not None:
+            self._postings.add(row, record.message.content)
 
     def remove(self, record_id: UUID) -> None:
         """Swap-remove a row, keeping the arrays dense; the freed row is zeroed."""
         row = self.positions.pop(record_id)
         last = self.size - 1
+        if self._postings is not None:
+            self._postings.discard(row, self.records[row].message.content)
         if row != last:
             moved = self.records[last]
+            if self._postings is not None:
+                self._postings.move(last, row, moved.message.content)
             self.records[row] = moved
             self.positions[moved.id] = row
             for array in (
@@ -142,6 +152,15 @@ class Partition:
         self.records.pop()
         self.vectors[last] = 0.0
         self.has_vector[last] = False
+
+    def postings(self) -> Postings:
+        """The keyword index of this partition's records, built on first use and kept up to date."""
+        if self._postings is None:
+            postings = Postings()
+            for row, record in enumerate(self.records):
+                postings.add(row, record.message.content)
+            self._postings = postings
+        return self._postings
 
     def _time_sorted_rows(self) -> npt.NDArray[np.intp]:
         n = self.size
@@ -199,6 +218,12 @@ class Partition:
         column = self.roles[:n] if node.field == "role" else self.kinds[:n]
         values = node.value if isinstance(node.value, tuple) else (node.value,)
         lookup = _ROLE_CODES if node.field == "role" else _KIND_CODES
-        codes = [lookup.get(str(v), -1) for v in values]  # -1: a kind no record has
-        matches = np.isin(column, codes)
+        # A lookup table indexed by code: one gather, several times faster than np.isin on
+        # every read (recall filters on role, and hybrid recall lists neighbours many times).
+        table = np.zeros(max(len(lookup), len(_ROLE_CODES)), dtype=bool)
+        for value in values:
+            code = lookup.get(str(value))
+            if code is not None:  # a kind no record has matches nothing
+                table[code] = True
+        matches: npt.NDArray[np.bool_] = table[column]
         return ~matches if node.op in ("$ne", "$nin") else matches

@@ -25,6 +25,7 @@ from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from memcore.errors import DimensionMismatchError, IdConflictError
 from memcore.filters import Filter, evaluate
+from memcore.keywords import idf, term_score, terms
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import Order, text_matches
@@ -267,6 +268,66 @@ class ScopedIndex:
             if len(hits) == limit:
                 break
         return hits
+
+    def keyword_search(
+        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
+    ) -> list[ScoredRecord] | None:
+        """BM25 over the records of ``scope`` matching ``node``, from the partitions' postings.
+
+        The same scores and order (newest first among equals) as the exact scan of
+        :meth:`memcore.store.BaseStore._keyword_search`; ``None`` when ``node`` tests
+        more than role and kind, which only that scan can evaluate.
+        """
+        selection = self.select(scope)
+        masks, exact = self._row_masks(selection, node)
+        if not exact:
+            return None
+        wanted = set(terms(keywords))
+        documents, total_length = 0, 0
+        found: list[dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]]] = []
+        frequency = dict.fromkeys(wanted, 0)
+        for (partition, _), mask in zip(selection, masks, strict=True):
+            postings = partition.postings()
+            lengths = postings.lengths[: partition.size]
+            documents += partition.size if mask is None else int(mask.sum())
+            total_length += int(lengths.sum() if mask is None else lengths[mask].sum())
+            in_partition = {}
+            for term in wanted:
+                entries = postings.rows.get(term)
+                if not entries:
+                    continue
+                rows = np.fromiter(entries.keys(), dtype=np.intp, count=len(entries))
+                counts = np.fromiter(entries.values(), dtype=np.int64, count=len(entries))
+                if mask is not None:
+                    keep = mask[rows]
+                    rows, counts = rows[keep], counts[keep]
+                if len(rows):
+                    in_partition[term] = (rows, counts)
+                    frequency[term] += len(rows)
+            found.append(in_partition)
+        if not documents:
+            return []
+        average = total_length / documents or 1.0
+        weights = {term: idf(documents, seen) for term, seen in frequency.items() if seen}
+        scored: list[tuple[Partition, npt.NDArray[np.intp], npt.NDArray[np.float64]]] = []
+        for (partition, _), in_partition in zip(selection, found, strict=True):
+            if in_partition:
+                scores = np.zeros(partition.size)
+                lengths = partition.postings().lengths
+                for term, (rows, counts) in in_partition.items():
+                    scores[rows] += term_score(weights[term], counts, lengths[rows], average)  # type: ignore[arg-type]
+                rows = np.flatnonzero(scores)
+                scored.append((partition, rows, scores[rows]))
+        if not scored:
+            return []
+        scores = np.concatenate([s for _, _, s in scored])
+        stamps = np.concatenate([p.timestamps[rows] for p, rows, _ in scored])
+        keys = np.concatenate([p.id_keys[rows] for p, rows, _ in scored])
+        owners = np.concatenate([np.full(len(rows), i) for i, (_, rows, _) in enumerate(scored)])
+        rows = np.concatenate([rows for _, rows, _ in scored])
+        order = np.lexsort((keys, stamps, scores))[::-1][:limit]  # best first, then newest first
+        best = zip(owners[order].tolist(), rows[order].tolist(), scores[order].tolist(), strict=True)
+        return [ScoredRecord.of(scored[owner][0].records[row], score) for owner, row, score in best]
 
     def _matching(self, scope: Scope, node: Filter | None) -> Iterator[MemoryRecord]:
         selection = self.select(scope)
