@@ -14,7 +14,7 @@ from typing import Protocol
 from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError, ScopeError
 from memcore.filters import Filter, FilterSpec, parse_filter
-from memcore.recall import HybridRecall, RecallMode, hybrid_search
+from memcore.recall import HybridRecall, RecallMode, hybrid_search, resolved_mode
 from memcore.records import SUMMARY_KIND, ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
@@ -132,8 +132,9 @@ class VectorBlock:
     :param embedder: turns messages and queries into vectors.
     :param scope: what the block reads, writes and clears.
     :param recall_limit: how many hits :meth:`retrieve` returns by default.
-    :param mode: how a query is matched: ``"dense"`` (vector similarity, default), ``"keyword"``
-        (BM25) or ``"hybrid"`` (both, fused and smoothed along sessions: :mod:`memcore.recall`).
+    :param mode: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"`` (BM25),
+        ``"hybrid"`` (both, fused and smoothed along sessions: :mod:`memcore.recall`), or
+        ``"auto"`` (default): hybrid over a store with a keyword index, dense otherwise.
     :param hybrid: the settings of hybrid recall.
     """
 
@@ -144,14 +145,16 @@ class VectorBlock:
         scope: Scope,
         recall_limit: int = 5,
         *,
-        mode: RecallMode = "dense",
+        mode: RecallMode = "auto",
         hybrid: HybridRecall | None = None,
     ) -> None:
         self.store, self.embedder, self.scope = store, embedder, scope
         self.recall_limit = check_positive("recall_limit", recall_limit)
-        if mode not in ("dense", "keyword", "hybrid"):
-            raise InvalidInputError(f"recall mode must be 'dense', 'keyword' or 'hybrid', got {mode!r}")
-        self.mode = mode
+        if mode not in ("auto", "dense", "keyword", "hybrid"):
+            raise InvalidInputError(
+                f"recall mode must be 'auto', 'dense', 'keyword' or 'hybrid', got {mode!r}"
+            )
+        self.mode = resolved_mode(mode, store)
         self.hybrid = hybrid if hybrid is not None else HybridRecall()
 
     def write_records(self, records: Sequence[MemoryRecord]) -> None:

@@ -41,9 +41,10 @@ class MemoryPolicy(MemcoreModel):
         ``session`` alone, every session of the ``agent`` (default), everything of
         the ``user``, or the whole ``tenant``. Fields the memory's scope leaves
         unset stay unset.
-    :param recall: how a query is matched: ``"dense"`` (vector similarity, default),
-        ``"keyword"`` (BM25) or ``"hybrid"`` (both, fused, smoothed along sessions;
-        see :mod:`memcore.recall` and the LoCoMo figures in the README).
+    :param recall: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"``
+        (BM25), ``"hybrid"`` (both, fused, smoothed along sessions; see :mod:`memcore.recall`
+        and the LoCoMo figures in the README), or ``"auto"`` (default): hybrid over a store
+        whose keyword search reads an index (the built-in stores), dense over the others.
     :param hybrid: the settings of hybrid recall.
     """
 
@@ -54,7 +55,7 @@ class MemoryPolicy(MemcoreModel):
     limit: int = pydantic.Field(default=5, ge=1, le=1_000)
     max_chars: int = pydantic.Field(default=2_000, ge=1)
     scope: RecallReach = "agent"
-    recall: RecallMode = "dense"
+    recall: RecallMode = "auto"
     hybrid: HybridRecall = pydantic.Field(default_factory=HybridRecall)
 
     def recall_scope(self, scope: Scope) -> Scope:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
 
 import pytest
 
@@ -15,6 +16,7 @@ from memcore.policy import MemoryPolicy
 from memcore.recall import HybridRecall
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
+from memcore.store import Capabilities
 from memcore.stores.memory import MemoryStore
 
 
@@ -98,6 +100,37 @@ def test_hybrid_reads_nothing_outside_the_memory_scope() -> None:
         policy = MemoryPolicy(scope="user", recall=mode, limit=10)  # type: ignore[arg-type]
         memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
         assert {hit.record.scope.user_id for hit in memory.retrieve("Norway trip pottery")} == {"u"}
+
+
+@pytest.mark.parametrize(("speaker_weight", "first"), [(0.3, "Mel"), (0.0, "Jon")])
+def test_hybrid_favours_the_speaker_the_query_names(speaker_weight: float, first: str) -> None:
+    store, user = MemoryStore(), Scope(tenant="t", user_id="u")
+    said = [("s1", "Jon"), ("s2", "Mel"), ("s3", None)]  # the same words, in separate sessions
+    records = [
+        MemoryRecord(
+            scope=user.model_copy(update={"session_id": session}),
+            message=Message(role="user", content="I love painting sunsets.", name=name),
+        )
+        for session, name in said
+    ]
+    settings = HybridRecall(speaker_weight=speaker_weight)
+    policy = MemoryPolicy(scope="user", recall="hybrid", limit=3, hybrid=settings)
+    memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
+    memory.write_records(records)
+    hits = memory.retrieve("What does mel love painting?")
+    assert len(hits) == 3
+    assert hits[0].record.message.name == first, "without the weight, ties go to the older record"
+
+
+class _ScanningStore(MemoryStore):
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=False)
+
+
+@pytest.mark.parametrize(("store", "mode"), [(MemoryStore(), "hybrid"), (_ScanningStore(), "dense")])
+def test_auto_recall_is_hybrid_only_over_a_keyword_index(store: MemoryStore, mode: str) -> None:
+    memory = VectorMemory(store, HashEmbedder(dim=64), Scope(tenant="t", user_id="u"))
+    assert memory.policy.recall == "auto"
+    assert memory.recall.mode == mode
 
 
 def test_hybrid_settings_are_validated() -> None:

@@ -80,7 +80,7 @@ def _records(sample: dict[str, Any]) -> list[MemoryRecord]:
     return [
         MemoryRecord(
             scope=user.model_copy(update={"session_id": key}),
-            message=Message(role="user", content=turn_text(turn)),
+            message=Message(role="user", content=turn_text(turn), name=turn["speaker"]),
             metadata={"dia_id": turn["dia_id"]},
         )
         for key, turns in _sessions(sample["conversation"])
