@@ -134,7 +134,8 @@ class VectorBlock:
     :param recall_limit: how many hits :meth:`retrieve` returns by default.
     :param mode: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"`` (BM25),
         ``"hybrid"`` (both, fused and smoothed along sessions: :mod:`memcore.recall`), or
-        ``"auto"`` (default): hybrid over a store with a keyword index, dense otherwise.
+        ``"auto"`` (default): the store's ``capabilities.default_recall`` (hybrid in the built-in
+        stores, dense in those where hybrid recall's extra reads are slow).
     :param hybrid: the settings of hybrid recall.
     """
 

@@ -43,8 +43,8 @@ class MemoryPolicy(MemcoreModel):
         unset stay unset.
     :param recall: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"``
         (BM25), ``"hybrid"`` (both, fused, smoothed along sessions; see :mod:`memcore.recall`
-        and the LoCoMo figures in the README), or ``"auto"`` (default): hybrid over a store
-        whose keyword search reads an index (the built-in stores), dense over the others.
+        and the LoCoMo figures in the README), or ``"auto"`` (default): the store's
+        ``capabilities.default_recall`` (hybrid in the built-in stores, dense in the others).
     :param hybrid: the settings of hybrid recall.
     """
 

@@ -51,8 +51,11 @@ class Capabilities:
     :param text_search: ``search(text=...)`` is supported.
     :param server: the data lives in a server process, not in this one.
     :param keyword_index: ``search(keywords=...)`` reads an index instead of scanning every
-        record of the scope, so it stays fast as the scope grows (hybrid recall is then the
-        default of memories over this store).
+        record of the scope, so it stays fast as the scope grows.
+    :param default_recall: what a memory's ``recall="auto"`` means over this store:
+        ``"hybrid"`` where keyword search and the small ordered reads of hybrid recall's
+        neighbours are cheap enough for every turn (``memcore bench``'s agent loop), else
+        ``"dense"``.
     """
 
     durable: bool
@@ -60,6 +63,7 @@ class Capabilities:
     text_search: bool = True
     server: bool = False
     keyword_index: bool = False
+    default_recall: Literal["dense", "hybrid"] = "dense"
 
 
 @dataclass(frozen=True)

@@ -123,11 +123,11 @@ def test_hybrid_favours_the_speaker_the_query_names(speaker_weight: float, first
 
 
 class _ScanningStore(MemoryStore):
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=False)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False)
 
 
 @pytest.mark.parametrize(("store", "mode"), [(MemoryStore(), "hybrid"), (_ScanningStore(), "dense")])
-def test_auto_recall_is_hybrid_only_over_a_keyword_index(store: MemoryStore, mode: str) -> None:
+def test_auto_recall_is_the_store_default(store: MemoryStore, mode: str) -> None:
     memory = VectorMemory(store, HashEmbedder(dim=64), Scope(tenant="t", user_id="u"))
     assert memory.policy.recall == "auto"
     assert memory.recall.mode == mode

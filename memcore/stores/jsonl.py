@@ -101,7 +101,9 @@ class JsonlStore(BaseStore):
 
     name: ClassVar[str] = "jsonl"
     schemes: ClassVar[tuple[str, ...]] = ("jsonl",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, keyword_index=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        durable=True, keyword_index=True, default_recall="hybrid"
+    )
 
     def __init__(self, path: str | os.PathLike[str], dimension: int | None = None) -> None:
         super().__init__()

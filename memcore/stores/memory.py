@@ -26,7 +26,9 @@ class MemoryStore(BaseStore):
 
     name: ClassVar[str] = "memory"
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        durable=False, keyword_index=True, default_recall="hybrid"
+    )
 
     def __init__(self, dimension: int | None = None) -> None:
         super().__init__()

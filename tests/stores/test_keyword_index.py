@@ -89,6 +89,7 @@ def test_jsonl_keyword_index_is_rebuilt_after_reopening(tmp_path: Path) -> None:
     reopened.close()
 
 
-def test_builtin_stores_declare_their_keyword_index() -> None:
-    assert MemoryStore.capabilities.keyword_index
-    assert JsonlStore.capabilities.keyword_index
+def test_builtin_stores_declare_their_keyword_index_and_hybrid_recall() -> None:
+    for store in (MemoryStore, JsonlStore):
+        assert store.capabilities.keyword_index
+        assert store.capabilities.default_recall == "hybrid"
