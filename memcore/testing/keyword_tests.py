@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from memcore.errors import InvalidInputError
@@ -19,7 +21,15 @@ TEXTS = [
 
 
 class KeywordSearchTests(StoreFixtures):
-    """BM25 over the scope's own records: the ranking of :func:`memcore.keywords.bm25_scores`."""
+    """BM25 over the scope's own records: the ranking of :func:`memcore.keywords.bm25_scores`.
+
+    Set ``keyword_scores_exact = False`` in a backend's test class when its engine
+    normalises document length by a fixed average instead of the scope's (a sparse-vector
+    BM25 cannot aggregate the scope): its scores may then differ from the reference's,
+    while its ranking here, which does not depend on that average, must not.
+    """
+
+    keyword_scores_exact: ClassVar[bool] = True
 
     def test_ranking_is_bm25_over_the_scope(self, store: Store) -> None:
         scope = new_scope()
@@ -29,7 +39,10 @@ class KeywordSearchTests(StoreFixtures):
         assert expected[1] > expected[3] > 0, "two terms matched outrank one term repeated"
         hits = store.search(scope, keywords="pottery classes", limit=10)
         assert [h.record.id for h in hits] == [records[1].id, records[3].id]
-        assert [h.score for h in hits] == pytest.approx([expected[1], expected[3]])
+        if self.keyword_scores_exact:
+            assert [h.score for h in hits] == pytest.approx([expected[1], expected[3]])
+        else:
+            assert hits[0].score > hits[1].score > 0
 
     def test_other_scopes_neither_appear_nor_change_scores(self, store: Store) -> None:
         mine, theirs = new_scope(), new_scope()

@@ -55,9 +55,13 @@ from memcore_qdrant.filters import (
     Range,
     ScopeIs,
 )
+from memcore_qdrant.keywords import KEYWORD_VECTOR, SparseVector
 
 SPACE_KEY = "memcore_vector_space"
 """The key of the vector-space binding in the collection's metadata."""
+
+KEYWORDS_KEY = "memcore_keywords"
+"""Set in the collection's metadata once every point has its ``keywords`` vector and ``terms``."""
 
 MIN_SERVER_VERSION = (1, 20)
 """The oldest Qdrant server the plugin works with: ``MatchSubstring`` (text search) came in 1.20,
@@ -128,6 +132,14 @@ def render_filter(clause: Clause) -> models.Filter:
     )
 
 
+def _vectors(point: Point) -> dict[str, Any]:
+    indices, values = fields.keyword_vector(point.payload)
+    vectors: dict[str, Any] = {KEYWORD_VECTOR: models.SparseVector(indices=indices, values=values)}
+    if point.vector is not None:
+        vectors[VECTOR_NAME] = point.vector
+    return vectors
+
+
 class ClientEngine:
     """One collection reached through a :class:`~qdrant_client.QdrantClient`.
 
@@ -146,7 +158,11 @@ class ClientEngine:
         self._space: VectorSpace | None = None
         if not client.collection_exists(collection):
             try:
-                client.create_collection(collection, vectors_config={})
+                client.create_collection(
+                    collection,
+                    vectors_config={},
+                    sparse_vectors_config={KEYWORD_VECTOR: models.SparseVectorParams()},
+                )
             except Exception:
                 if not client.collection_exists(collection):
                     raise
@@ -154,6 +170,27 @@ class ClientEngine:
         info = self._refresh()
         if server:
             self._ensure_indexes(info.payload_schema or {})
+        if not (info.config.metadata or {}).get(KEYWORDS_KEY):
+            self._add_keywords(info)
+
+    def _add_keywords(self, info: models.CollectionInfo) -> None:
+        """Give a collection made before keyword search its ``keywords`` vector and every point its terms.
+
+        The metadata flag is set last, so an upgrade a crash interrupted runs again at the next open.
+        """
+        if KEYWORD_VECTOR not in (info.config.params.sparse_vectors or {}):
+            config = models.SparseVectorNameConfig(sparse=models.SparseVectorConfig())
+            try:
+                self._client.create_vector_name(self._collection, KEYWORD_VECTOR, config, wait=True)
+            except Exception:
+                sparse = self._client.get_collection(self._collection).config.params.sparse_vectors
+                if KEYWORD_VECTOR not in (sparse or {}):
+                    raise
+                # another client added it meanwhile
+        for page in self._pages(models.Filter(), with_vectors=True, limit=None):
+            if page:
+                self.upsert([Point(p.id, fields.with_terms(p.payload), p.vector) for p in page])
+        self._client.update_collection(self._collection, metadata={KEYWORDS_KEY: True})
 
     def _refresh(self) -> models.CollectionInfo:
         """Read the collection's dense vector and binding again (another client may have set them)."""
@@ -237,12 +274,7 @@ class ClientEngine:
             )
 
     def upsert(self, points: Sequence[Point]) -> None:
-        structs = [
-            models.PointStruct(
-                id=str(p.id), vector={} if p.vector is None else {VECTOR_NAME: p.vector}, payload=p.payload
-            )
-            for p in points
-        ]
+        structs = [models.PointStruct(id=str(p.id), vector=_vectors(p), payload=p.payload) for p in points]
         self._client.upsert(self._collection, points=structs, wait=True)
 
     def scroll(
@@ -298,6 +330,18 @@ class ClientEngine:
             self._collection,
             query=list(vector),
             using=VECTOR_NAME,
+            query_filter=render_filter(where),
+            limit=limit,
+            with_payload=True,
+        )
+        return [Hit(UUID(str(p.id)), p.score, p.payload or {}) for p in response.points]
+
+    def keyword_query(self, query: SparseVector, where: Clause, limit: int) -> list[Hit]:
+        indices, values = query
+        response = self._client.query_points(
+            self._collection,
+            query=models.SparseVector(indices=indices, values=values),
+            using=KEYWORD_VECTOR,
             query_filter=render_filter(where),
             limit=limit,
             with_payload=True,

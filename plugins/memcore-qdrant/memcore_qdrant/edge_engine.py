@@ -7,8 +7,10 @@ Layout of an embedded store's folder::
     shard/          the Qdrant Edge shard (WAL, segments, edge_config.json)
 
 A shard needs a vector at creation, but memcore learns the dimension only from
-the first vector written; the shard is therefore created with an unused sparse
-vector (:data:`PLACEHOLDER`) and gains the ``dense`` cosine vector later. The
+the first vector written; the shard is therefore created with the ``keywords``
+sparse vector alone (:mod:`memcore_qdrant.keywords`; shards made before it have an
+unused :data:`PLACEHOLDER` instead, and are rebuilt with it when they open) and gains
+the ``dense`` cosine vector later. The
 scope fields, ``role`` and ``kind`` get keyword indexes (``tenant`` with
 ``is_tenant``) and ``created_at`` an integer index, which ordered reads need.
 Every open creates whichever of these indexes is missing, so a shard whose
@@ -58,9 +60,10 @@ from memcore_qdrant.filters import (
     Range,
     ScopeIs,
 )
+from memcore_qdrant.keywords import KEYWORD_VECTOR, SparseVector
 
 PLACEHOLDER = "memcore-placeholder"
-"""The unused sparse vector a new shard is created with."""
+"""The unused sparse vector shards were created with before they had ``keywords``."""
 
 SHARD, NEW_SHARD, OLD_SHARD = "shard", "shard.new", "shard.old"
 
@@ -105,11 +108,14 @@ def _uuid(point_id: object) -> UUID:
 
 
 def _edge_point(point: Point) -> edge.Point:
-    return edge.Point(point.id, {} if point.vector is None else {VECTOR_NAME: point.vector}, point.payload)
+    vectors: dict[str, Any] = {KEYWORD_VECTOR: edge.SparseVector(*fields.keyword_vector(point.payload))}
+    if point.vector is not None:
+        vectors[VECTOR_NAME] = point.vector
+    return edge.Point(point.id, vectors, point.payload)
 
 
 def _create_shard(path: Path) -> edge.EdgeShard:
-    config = edge.EdgeConfig(sparse_vectors={PLACEHOLDER: edge.EdgeSparseVectorParams()})
+    config = edge.EdgeConfig(sparse_vectors={KEYWORD_VECTOR: edge.EdgeSparseVectorParams()})
     shard = edge.EdgeShard.create(str(path), config)
     ensure_indexes(shard)
     return shard
@@ -127,6 +133,13 @@ def ensure_indexes(shard: edge.EdgeShard) -> None:
         shard.update(edge.UpdateOperation.create_field_index(fields.CREATED_AT, created_at))
 
 
+def _with_terms(point: Point) -> Point:
+    """``point``, its payload completed with ``terms`` if it was written before them."""
+    if fields.TERMS in point.payload:
+        return point
+    return Point(point.id, fields.with_terms(point.payload), point.vector)
+
+
 def _recover(root: Path) -> None:
     """Finish or undo a :meth:`EdgeEngine.purge` that a crash interrupted."""
     shard, new, old = root / SHARD, root / NEW_SHARD, root / OLD_SHARD
@@ -138,15 +151,22 @@ def _recover(root: Path) -> None:
         shutil.rmtree(old)
 
 
-def _dense_vector(shard_path: Path) -> int | None:
-    """The size of the shard's ``dense`` vector, checking it is one memcore can use."""
+def _read_config(shard_path: Path) -> dict[str, Any]:
     config_path = shard_path / "edge_config.json"
     try:
-        vectors = json.loads(config_path.read_bytes()).get("vectors") or {}
-    except (OSError, ValueError, AttributeError) as exc:
+        config = json.loads(config_path.read_bytes())
+    except (OSError, ValueError) as exc:
         raise IncompatibleCollectionError(
             f"{config_path} is not a readable Qdrant Edge config ({exc})"
         ) from None
+    if not isinstance(config, dict):
+        raise IncompatibleCollectionError(f"{config_path} is not a Qdrant Edge config")
+    return config
+
+
+def _dense_vector(config: dict[str, Any], shard_path: Path) -> int | None:
+    """The size of the shard's ``dense`` vector, checking it is one memcore can use."""
+    vectors = config.get("vectors") or {}
     unknown = set(vectors) - {VECTOR_NAME}
     if unknown:
         raise IncompatibleCollectionError(
@@ -177,10 +197,13 @@ class EdgeEngine:
         _recover(root)
         shard_path = root / SHARD
         if (shard_path / "edge_config.json").exists():
-            self._dimension = _dense_vector(shard_path)
+            config = _read_config(shard_path)
+            self._dimension = _dense_vector(config, shard_path)
             self._shard = edge.EdgeShard.load(str(shard_path))
             try:
                 ensure_indexes(self._shard)  # a creation cut short by a crash left some out
+                if KEYWORD_VECTOR not in (config.get("sparse_vectors") or {}):
+                    self.purge()  # made before keyword search: rebuilt with its terms
             except BaseException:
                 self._shard.close()
                 raise
@@ -258,6 +281,15 @@ class EdgeEngine:
         )
         return [Hit(_uuid(p.id), p.score, p.payload or {}) for p in self._shard.query(request)]
 
+    def keyword_query(self, query: SparseVector, where: Clause, limit: int) -> list[Hit]:
+        request = edge.QueryRequest(
+            limit=limit,
+            query=edge.Query.Nearest(edge.SparseVector(*query), using=KEYWORD_VECTOR),
+            filter=render_filter(where),
+            with_payload=True,
+        )
+        return [Hit(_uuid(p.id), p.score, p.payload or {}) for p in self._shard.query(request)]
+
     def count(self, where: Clause) -> int:
         return self._shard.count(edge.CountRequest(exact=True, filter=render_filter(where)))
 
@@ -296,7 +328,8 @@ class EdgeEngine:
                 )
             for page in self._pages(render_filter(Clause()), with_vectors=True):
                 if page:
-                    rebuilt.update(edge.UpdateOperation.upsert_points([_edge_point(p) for p in page]))
+                    points = [_edge_point(_with_terms(p)) for p in page]
+                    rebuilt.update(edge.UpdateOperation.upsert_points(points))
             rebuilt.flush()
         finally:
             rebuilt.close()

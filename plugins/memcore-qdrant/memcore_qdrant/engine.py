@@ -18,6 +18,7 @@ from uuid import UUID
 from memcore.store import VectorSpace
 from memcore_qdrant import payload as fields
 from memcore_qdrant.filters import Clause, IndexKind
+from memcore_qdrant.keywords import SparseVector
 
 VECTOR_NAME = "dense"
 """The named vector that holds a record's embedding (absent on records written without one)."""
@@ -121,6 +122,11 @@ class Engine(Protocol):
 
     def query(self, vector: Sequence[float], where: Clause, limit: int) -> list[Hit]:
         """The ``limit`` points with a vector most similar to ``vector``, among those matching ``where``."""
+        ...
+
+    def keyword_query(self, query: SparseVector, where: Clause, limit: int) -> list[Hit]:
+        """The ``limit`` points scoring highest on the ``keywords`` sparse vector, among those matching
+        ``where`` (points sharing no term with ``query`` are not returned)."""
         ...
 
     def count(self, where: Clause) -> int:

@@ -9,6 +9,8 @@ from which reads rebuild it, and once as fields shaped for Qdrant's filters:
   Edge check the unselective one (the tenant) point by point, 3x slower at 100k records;
 * ``role``, ``kind``; ``created_at`` as integer microseconds since the epoch (exact, sortable);
 * ``text``: the content case-folded, for case-insensitive substring search;
+* ``terms``: its keyword terms, each once, so that a term's document frequency in a scope is
+  an indexed count (:mod:`memcore_qdrant.keywords`);
 * metadata split by value type: ``m_str``, ``m_list``, ``m_int``, ``m_float``, ``m_bool``
   (objects keyed by metadata key), plus ``m_keys`` listing the keys present. Booleans are
   stored as the keywords ``"true"``/``"false"`` (:func:`bool_keyword`): qdrant-edge-py
@@ -31,6 +33,7 @@ from typing import Any, Final
 from memcore.errors import InvalidInputError, StoreCorruptedError
 from memcore.records import MemoryRecord, MetadataValue
 from memcore.scope import SCOPE_FIELDS
+from memcore_qdrant.keywords import SparseVector, distinct_terms, document_vector
 
 RECORD: Final = "record"
 TEXT: Final = "text"
@@ -45,8 +48,9 @@ FLOAT: Final = "m_float"
 BOOL: Final = "m_bool"
 TENANT: Final = "tenant"
 SCOPE_KEYS: Final = "scope_keys"
+TERMS: Final = "terms"
 
-KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND)
+KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND, TERMS)
 """Payload fields that get a keyword index (the scope fields first)."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -101,9 +105,11 @@ def _group_of(value: MetadataValue) -> str:
 
 def to_payload(record: MemoryRecord) -> dict[str, Any]:
     """The payload of the point that stores ``record``."""
+    text = record.message.content.casefold()
     payload: dict[str, Any] = {
         RECORD: record.model_dump_json(),
-        TEXT: record.message.content.casefold(),
+        TEXT: text,
+        TERMS: distinct_terms(text),
         ROLE: record.message.role,
         KIND: record.kind,
         CREATED_AT: micros(record.created_at),
@@ -115,6 +121,16 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
         stored: Any = bool_keyword(value) if isinstance(value, bool) else value
         payload.setdefault(_group_of(value), {})[key] = list(stored) if isinstance(stored, list) else stored
     return payload
+
+
+def keyword_vector(payload: dict[str, Any]) -> SparseVector:
+    """The ``keywords`` sparse vector of a point, from its payload (so that copies rebuild it)."""
+    return document_vector(str(payload.get(TEXT, "")))
+
+
+def with_terms(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload of a point written before keyword search existed, completed with its ``terms``."""
+    return {**payload, TERMS: distinct_terms(str(payload.get(TEXT, "")))}
 
 
 def from_payload(payload: dict[str, Any] | None) -> MemoryRecord:

@@ -1,8 +1,9 @@
 """The raw Qdrant Edge baseline of ``memcore bench``'s adapter overhead (see :mod:`memcore.bench.raw`).
 
-A qdrant-edge-py shard with a cosine ``dense`` vector and the store's payload
-indexes (every write maintains them, on both sides), written with the same
-payloads the store writes (made before the clock starts; turning them into
+A qdrant-edge-py shard with a cosine ``dense`` vector, the ``keywords`` sparse
+vector and the store's payload indexes (every write maintains them, on both
+sides), written with the same payloads and keyword vectors the store writes
+(made before the clock starts; turning them into
 ``edge.Point`` objects is the client's work, and timed), searched exactly with
 the same single-condition scope filter, its JSON records parsed on read. What
 remains between the two sides is memcore's own work: validation, the
@@ -26,6 +27,7 @@ from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
 from memcore_qdrant.edge_engine import ensure_indexes
 from memcore_qdrant.engine import VECTOR_NAME
+from memcore_qdrant.keywords import KEYWORD_VECTOR
 
 
 def _scoped(scope: Scope, *extra: Any) -> edge.Filter:
@@ -48,7 +50,8 @@ class RawQdrantEdge:
         if self._shard is None:
             self._path.mkdir(parents=True, exist_ok=True)
             config = edge.EdgeConfig(
-                vectors={VECTOR_NAME: edge.EdgeVectorParams(dimension, edge.Distance.Cosine)}
+                vectors={VECTOR_NAME: edge.EdgeVectorParams(dimension, edge.Distance.Cosine)},
+                sparse_vectors={KEYWORD_VECTOR: edge.EdgeSparseVectorParams()},
             )
             self._shard = edge.EdgeShard.create(str(self._path), config)
             ensure_indexes(self._shard)
@@ -61,13 +64,21 @@ class RawQdrantEdge:
         return self._shard
 
     def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> list[tuple[Any, ...]]:
-        """The ids, vectors and payloads the store would write (the shard is made on the first call)."""
+        """The ids, vectors, payloads and keyword vectors the store would write (the shard is made on the
+        first call)."""
         self._created(vectors.shape[1])
-        return [(r.id, vector, fields.to_payload(r)) for r, vector in zip(records, vectors, strict=True)]
+        prepared = []
+        for record, vector in zip(records, vectors, strict=True):
+            payload = fields.to_payload(record)
+            prepared.append((record.id, vector, payload, fields.keyword_vector(payload)))
+        return prepared
 
     def add(self, prepared: list[tuple[Any, ...]]) -> None:
         """Build the points and upsert them."""
-        points = [edge.Point(i, {VECTOR_NAME: vector.tolist()}, payload) for i, vector, payload in prepared]
+        points = [
+            edge.Point(i, {VECTOR_NAME: vector.tolist(), KEYWORD_VECTOR: edge.SparseVector(*words)}, payload)
+            for i, vector, payload, words in prepared
+        ]
         self._open.update(edge.UpdateOperation.upsert_points(points))
 
     def search(self, scope: Scope, vector: Matrix, limit: int) -> list[Any]:

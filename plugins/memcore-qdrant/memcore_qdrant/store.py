@@ -23,6 +23,7 @@ from uuid import UUID
 
 from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError
 from memcore.filters import Filter, evaluate
+from memcore.keywords import idf, terms
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
@@ -51,6 +52,7 @@ from memcore_qdrant.filters import (
     text_contains,
     within,
 )
+from memcore_qdrant.keywords import query_vector
 
 
 def _order_key(record: MemoryRecord) -> tuple[datetime, int]:
@@ -74,7 +76,7 @@ class QdrantStore(BaseStore):
 
     name: ClassVar[str] = "qdrant"
     schemes: ClassVar[tuple[str, ...]] = ("qdrant",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, keyword_index=True)
 
     def __init__(self, connection: Connection) -> None:
         super().__init__()
@@ -213,6 +215,37 @@ class QdrantStore(BaseStore):
                 ScoredRecord.of(fields.from_payload(h.payload), min(1.0, max(-1.0, h.score))) for h in hits
             ]
 
+    def _keyword_search(
+        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
+    ) -> builtins.list[ScoredRecord]:
+        """BM25 ranked by Qdrant over the ``keywords`` sparse vectors (:mod:`memcore_qdrant.keywords`).
+
+        The idf of each query term is counted in the reading scope (and filter): one count of
+        the scope, one per term, each answered by a payload index.
+        """
+        wanted = sorted(set(terms(keywords)))
+        if not wanted:
+            return []
+        with self._lock, translated("keyword search", self.location):
+            where = self._where(scope, node)
+            documents = self._engine.count(where)
+            weights = {}
+            for term in wanted:
+                having = Clause(
+                    must=(*where.must, Match(fields.TERMS, term)),
+                    should=where.should,
+                    must_not=where.must_not,
+                )
+                seen = self._engine.count(having) if documents else 0
+                if seen:
+                    weights[term] = idf(documents, seen)
+            if not weights:
+                return []
+            hits = self._engine.keyword_query(query_vector(weights), where, limit or documents)
+            # Equal scores, newest first (as the exact scan orders them); Qdrant leaves ties unordered.
+            hits.sort(key=lambda h: (-h.score, -h.payload[fields.CREATED_AT], -h.id.int))
+            return [ScoredRecord.of(fields.from_payload(h.payload), h.score) for h in hits if h.score > 0]
+
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock, translated("count records", self.location):
             return self._engine.count(self._where(scope, node))
@@ -261,7 +294,7 @@ class QdrantMemoryStore(QdrantStore):
     """``qdrant+memory://``: a Qdrant Edge shard in a temporary folder, deleted on close."""
 
     schemes: ClassVar[tuple[str, ...]] = ("qdrant+memory",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=False)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=True)
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -282,7 +315,9 @@ class QdrantServerStore(QdrantStore):
     """
 
     schemes: ClassVar[tuple[str, ...]] = ("qdrant+http", "qdrant+https")
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        durable=True, ann=True, server=True, keyword_index=True
+    )
 
     @classmethod
     def from_url(cls, url: str) -> Self:

@@ -32,6 +32,8 @@ def _roomy(folder: Path) -> bool:
 class TestEmbeddedStore(StoreConformance):
     """``qdrant:///path``: Qdrant Edge in a folder, reopened from the same folder."""
 
+    keyword_scores_exact = False  # BM25 length-normalised by a fixed average (memcore_qdrant.keywords)
+
     @pytest.fixture
     def store_factory(self, tmp_path: Path) -> StoreFactory:
         return lambda: QdrantStore.from_url(f"qdrant://{tmp_path / 'store'}")
@@ -39,6 +41,8 @@ class TestEmbeddedStore(StoreConformance):
 
 class TestInMemoryStore(StoreConformance):
     """``qdrant+memory://``: Qdrant Edge in a temporary folder, not durable."""
+
+    keyword_scores_exact = False  # BM25 length-normalised by a fixed average (memcore_qdrant.keywords)
 
     @pytest.fixture
     def store_factory(self, monkeypatch: pytest.MonkeyPatch) -> StoreFactory:
@@ -51,6 +55,8 @@ class TestInMemoryStore(StoreConformance):
 
 class TestClientEngineOnLocalMode(StoreConformance):
     """The server path's engine, over qdrant-client's local mode."""
+
+    keyword_scores_exact = False  # BM25 length-normalised by a fixed average (memcore_qdrant.keywords)
 
     @pytest.fixture
     def store_factory(self, tmp_path: Path) -> StoreFactory:

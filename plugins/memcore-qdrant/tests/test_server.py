@@ -19,8 +19,9 @@ from unittest import mock
 import pytest
 from memcore_qdrant import IncompatibleServerError, QdrantServerStore
 from memcore_qdrant import payload as fields
-from memcore_qdrant.client_engine import MIN_SERVER_VERSION, ClientEngine, check_server_version
+from memcore_qdrant.client_engine import KEYWORDS_KEY, MIN_SERVER_VERSION, ClientEngine, check_server_version
 from memcore_qdrant.connections import Connection
+from memcore_qdrant.keywords import KEYWORD_VECTOR
 from qdrant_client import QdrantClient
 
 from memcore.errors import DimensionMismatchError, EmbedderMismatchError
@@ -133,9 +134,9 @@ def test_the_engine_refuses_to_overwrite_a_binding_it_had_not_seen() -> None:
 
 
 def _collection(payload_schema: dict[str, Any]) -> SimpleNamespace:
-    params = SimpleNamespace(vectors={})
+    params = SimpleNamespace(vectors={}, sparse_vectors={KEYWORD_VECTOR: object()})
     return SimpleNamespace(
-        config=SimpleNamespace(params=params, metadata=None), payload_schema=payload_schema
+        config=SimpleNamespace(params=params, metadata={KEYWORDS_KEY: True}), payload_schema=payload_schema
     )
 
 
