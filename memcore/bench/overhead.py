@@ -19,7 +19,7 @@ from typing import Any
 from memcore.bench.dataset import TENANT, Dataset, record, selective_scope
 from memcore.bench.progress import Progress
 from memcore.bench.raw import RawClient, raw_client
-from memcore.bench.workloads import K, opened
+from memcore.bench.workloads import K, fresh, opened
 from memcore.scope import Scope
 from memcore.store import Store
 
@@ -38,7 +38,7 @@ def adapter_overhead(
 ) -> dict[str, Any] | None:
     """Median time ratios of memcore over the raw client per operation; ``None`` without a baseline."""
     with tempfile.TemporaryDirectory(prefix="memcore-bench-raw-") as folder:
-        client = raw_client(url.replace("{tmp}", folder + "/raw"))
+        client = raw_client(fresh(url, folder + "/raw"))
         if client is None:
             return None
         try:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import numpy as np
 
@@ -40,11 +40,17 @@ BATCH = 1_000
 K = 10
 
 
+def fresh(url: str, folder: str) -> str:
+    """``url`` with ``{tmp}`` replaced by ``folder`` and ``{name}`` by a name no run used before
+    (for a table or collection on a server: ``postgresql://host/db?table={name}``)."""
+    return url.replace("{tmp}", folder).replace("{name}", f"memcore_bench_{uuid4().hex[:12]}")
+
+
 @contextlib.contextmanager
 def opened(url: str) -> Iterator[Store]:
-    """Open ``url`` with ``{tmp}`` replaced by a fresh temporary folder (removed afterwards)."""
+    """Open ``url`` made :func:`fresh` (a temporary folder for ``{tmp}``, removed afterwards)."""
     with tempfile.TemporaryDirectory(prefix="memcore-bench-") as folder:
-        store = open_store(url.replace("{tmp}", folder + "/store"))
+        store = open_store(fresh(url, folder + "/store"))
         try:
             yield store
         finally:

@@ -13,6 +13,7 @@ from memcore.bench.dataset import TENANT, Dataset, random_dataset, record, selec
 from memcore.bench.overhead import OPERATIONS, adapter_overhead
 from memcore.bench.progress import no_progress
 from memcore.bench.raw import RawClient, raw_client
+from memcore.bench.workloads import fresh
 from memcore.plugins import open_store
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
@@ -21,17 +22,18 @@ from memcore.scope import Scope
 def check_raw_baseline(url: str) -> None:
     """Assert that the raw client for the store ``url`` names returns what the store returns.
 
-    :param url: a store URL with ``{tmp}`` where a fresh folder goes (``qdrant://{tmp}``),
-        as ``memcore bench --stores`` takes it. Also runs
+    :param url: a store URL with ``{tmp}`` where a fresh folder goes (``qdrant://{tmp}``), or
+        ``{name}`` where a fresh table or collection name goes, as ``memcore bench --stores``
+        takes it. Also runs
         :func:`memcore.bench.overhead.adapter_overhead` on a tiny size.
     """
     dataset = random_dataset(400, 16, 6)
     records = [record(i) for i in range(dataset.size)]
     with tempfile.TemporaryDirectory() as folder:
-        client = raw_client(url.replace("{tmp}", folder + "/raw"))
+        client = raw_client(fresh(url, folder + "/raw"))
         assert client is not None, f"no plugin offers a raw client for {url}"
         try:
-            _compare(url.replace("{tmp}", folder + "/store"), client, dataset, records)
+            _compare(fresh(url, folder + "/store"), client, dataset, records)
         finally:
             client.close()
     overhead = adapter_overhead(url, dataset, samples=2, batch=20, progress=no_progress)

@@ -26,8 +26,10 @@ def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None
 @hookimpl
 def memcore_bench_raw_client(url: str) -> RawQdrantEdge | None:
     """Raw qdrant-edge-py on a folder, for the embedded form ``qdrant://PATH`` only."""
+    if not url.startswith("qdrant://"):
+        return None  # (a URL of another scheme with a query string once slipped through here)
     location = url.removeprefix("qdrant://").split("?", 1)[0]
-    if location == url or not location:
+    if not location:
         return None
     from memcore_qdrant.raw_baseline import RawQdrantEdge
 
