@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memcore-installed
 PIP_FLAGS := --quiet --disable-pip-version-check
-PLUGINS := plugins/memcore-qdrant plugins/memcore-chroma
+PLUGINS := plugins/memcore-qdrant plugins/memcore-chroma plugins/memcore-pgvector
 
 .PHONY: demo test check lint types pytest clean
 

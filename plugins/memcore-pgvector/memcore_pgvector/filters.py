@@ -1,0 +1,121 @@
+"""The portable filter (:mod:`memcore.filters`) compiled into a SQL condition with bound parameters.
+
+No value and no key is ever part of the SQL text: every one is a parameter
+(``%s``), and the SQL is assembled from fixed fragments only. The semantics are
+those of :func:`memcore.filters.evaluate`, exactly:
+
+* ``role``, ``kind`` and ``created_at`` (integer microseconds) are columns;
+* metadata lives in one ``jsonb`` column. Equality compares JSON values, which
+  keeps types apart (``"1"``, ``1`` and ``true`` differ) while ints and floats
+  compare as numbers; on a list, equality matches any element; ranges compare
+  numbers only (``numeric``, exact), never strings, booleans or lists;
+* every comparison is two-valued (``COALESCE(..., false)``), so ``NOT`` and
+  ``$ne``/``$nin`` match records that lack the field, as the reference does.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from memcore.filters import METADATA_PREFIX, And, Comparison, Filter, Not, Or, Scalar
+from memcore.scope import Scope
+from memcore_pgvector.schema import micros
+
+Condition = tuple[str, list[Any]]
+"""SQL text made of fixed fragments and ``%s`` placeholders, and the values they bind."""
+
+_RANGE_SQL = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_COLUMNS = ("role", "kind", "created_at")
+
+
+def scope_condition(scope: Scope) -> Condition:
+    """The scope as equality on its columns (``Scope.everything()``: no condition)."""
+    if scope.is_everything:
+        return "TRUE", []
+    pairs = scope.items()
+    # Column names come from memcore's fixed list of scope fields, never from the caller.
+    return " AND ".join(f"{name} = %s" for name, _ in pairs), [value for _, value in pairs]
+
+
+def compile_filter(node: Filter | None) -> Condition:
+    """The SQL condition that matches exactly the records ``node`` matches."""
+    if node is None:
+        return "TRUE", []
+    if isinstance(node, And | Or):
+        parts = [compile_filter(clause) for clause in node.clauses]
+        joiner = " AND " if isinstance(node, And) else " OR "
+        return "(" + joiner.join(sql for sql, _ in parts) + ")", [v for _, values in parts for v in values]
+    if isinstance(node, Not):
+        sql, values = compile_filter(node.clause)
+        return f"(NOT {sql})", values
+    return _comparison(node)
+
+
+def _comparison(node: Comparison) -> Condition:
+    if node.field in _COLUMNS:
+        return _column_comparison(node)
+    key = node.field[len(METADATA_PREFIX) :]
+    op, value = node.op, node.value
+    if op == "$exists":
+        return ("(metadata ? %s)" if value else "(NOT metadata ? %s)"), [key]
+    if op == "$contains":
+        return (
+            "COALESCE(jsonb_typeof(metadata -> %s) = 'array'"
+            " AND metadata -> %s @> jsonb_build_array(%s::text), false)",
+            [key, key, value],
+        )
+    if op in ("$eq", "$ne"):
+        sql, values = _equals(key, value)  # type: ignore[arg-type]
+        return (sql if op == "$eq" else f"(NOT {sql})"), values
+    if op in ("$in", "$nin"):
+        assert isinstance(value, tuple)
+        if not value:
+            return ("FALSE" if op == "$in" else "TRUE"), []
+        parts = [_equals(key, item) for item in value]
+        sql = "(" + " OR ".join(s for s, _ in parts) + ")"
+        return (sql if op == "$in" else f"(NOT {sql})"), [v for _, values in parts for v in values]
+    return (
+        f"(CASE WHEN jsonb_typeof(metadata -> %s) = 'number' "
+        f"THEN (metadata ->> %s)::numeric {_RANGE_SQL[op]} %s::numeric ELSE false END)",
+        [key, key, _number(value)],  # type: ignore[arg-type]
+    )
+
+
+def _equals(key: str, value: Scalar) -> Condition:
+    """``metadata.key == value`` as the reference defines it, never NULL."""
+    wanted = Jsonb(value)
+    return (
+        "COALESCE(metadata -> %s = %s::jsonb OR (jsonb_typeof(metadata -> %s) = 'array'"
+        " AND metadata -> %s @> jsonb_build_array(%s::jsonb)), false)",
+        [key, wanted, key, key, wanted],
+    )
+
+
+def _number(value: int | float) -> str:
+    """A bound for ``numeric``: the exact text of an int, the shortest round-trip text of a float,
+    as the stored JSON has it (so that a float compares equal to itself)."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _column_comparison(node: Comparison) -> Condition:
+    column, op, value = node.field, node.op, node.value  # column: one of _COLUMNS, fixed SQL
+    if op == "$exists":
+        return ("TRUE" if value else "FALSE"), []
+
+    def stored(item: Any) -> Any:
+        return micros(item) if isinstance(item, datetime) else item
+
+    if op in ("$in", "$nin"):
+        assert isinstance(value, tuple)
+        if not value:
+            return ("FALSE" if op == "$in" else "TRUE"), []
+        sql = f"{column} = ANY(%s)"
+        return (sql if op == "$in" else f"(NOT {sql})"), [[stored(v) for v in value]]
+    if op == "$eq":
+        return f"{column} = %s", [stored(value)]
+    if op == "$ne":
+        return f"{column} <> %s", [stored(value)]
+    return f"{column} {_RANGE_SQL[op]} %s", [stored(value)]

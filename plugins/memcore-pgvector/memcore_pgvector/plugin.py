@@ -1,0 +1,32 @@
+"""The memcore plugin: registers the PostgreSQL store for ``postgresql://`` and ``postgres://``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from memcore import hookimpl
+from memcore.store import BaseStore
+
+if TYPE_CHECKING:
+    from memcore_pgvector.raw_baseline import RawPsycopg
+
+
+@hookimpl
+def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None:
+    """Register :class:`~memcore_pgvector.store.PgvectorStore`."""
+    from memcore_pgvector.store import PgvectorStore
+
+    register(PgvectorStore)
+
+
+@hookimpl
+def memcore_bench_raw_client(url: str) -> RawPsycopg | None:
+    """Raw psycopg on the same server, in a table of its own (``<table>_raw``)."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return None
+    from memcore_pgvector.raw_baseline import RawPsycopg
+    from memcore_pgvector.store import connection_target
+
+    conninfo, table = connection_target(url)
+    return RawPsycopg(conninfo, table)

@@ -1,0 +1,372 @@
+"""``postgresql://``: memcore records in a PostgreSQL table, searched by pgvector.
+
+Every read and delete puts the scope in its ``WHERE`` clause, on the indexed
+scope columns (:func:`~memcore_pgvector.filters.scope_condition`); a delete by
+id is ``id = ANY(ids) AND scope``. Filters compile to SQL with bound parameters
+(:mod:`memcore_pgvector.filters`). Vector search orders by pgvector's cosine
+distance over an HNSW index, with ``hnsw.iterative_scan`` so that a scoped or
+filtered query still returns ``limit`` hits when the scope is a small part of
+the table. A write is one transaction: an id owned by another scope makes the
+whole batch fail (``INSERT ... ON CONFLICT ... WHERE same scope``), race-free
+between processes.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, ClassVar, Self
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from uuid import UUID
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg import sql
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from memcore.errors import (
+    DimensionMismatchError,
+    IdConflictError,
+    InvalidInputError,
+    StoreCorruptedError,
+)
+from memcore.filters import Filter
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
+from memcore.store import BaseStore, Capabilities, Order, VectorSpace
+from memcore.validation import Matrix
+from memcore_pgvector.errors import translated
+from memcore_pgvector.filters import Condition, compile_filter, scope_condition
+from memcore_pgvector.schema import DEFAULT_TABLE, SCHEMA_VERSION, Tables, micros
+
+POOL_SIZE = 8
+"""Connections one store keeps at most (threads beyond it wait for one)."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for the server when the store opens."""
+WAIT_TIMEOUT = 5.0
+"""Seconds a call waits for a connection (all busy, or the server away) before StoreUnavailableError."""
+SEARCH_SETTINGS = "SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = 100"
+"""Every connection's HNSW settings: an iterative scan goes on until a scoped or filtered query has
+its ``limit`` hits (up to ``hnsw.max_scan_tuples``), each step exploring 100 candidates."""
+_COLUMNS = ", ".join(
+    [
+        *("id", "tenant", "user_id", "agent_id", "session_id", "role", "kind", "created_at"),
+        *("content_folded", "metadata", "record", "embedding"),
+    ]
+)
+
+
+def _where(*conditions: Condition) -> Condition:
+    return " AND ".join(f"({text})" for text, _ in conditions), [
+        v for _, values in conditions for v in values
+    ]
+
+
+def _record(data: str) -> MemoryRecord:
+    try:
+        return MemoryRecord.from_stored_json(data)
+    except InvalidInputError as exc:
+        raise StoreCorruptedError(f"a row holds an invalid memcore record: {exc}") from None
+
+
+def _configure(connection: psycopg.Connection[Any]) -> None:
+    register_vector(connection)
+    connection.execute(SEARCH_SETTINGS)
+
+
+class PgvectorStore(BaseStore):
+    """memcore records in PostgreSQL with pgvector; safe to share between threads and processes.
+
+    :param conninfo: a libpq connection string or URI (``postgresql://user@host:port/db``).
+    :param table: the records table (created if missing), ``memcore_records`` by default.
+    """
+
+    name: ClassVar[str] = "pgvector"
+    schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
+
+    def __init__(self, conninfo: str, table: str = DEFAULT_TABLE) -> None:
+        super().__init__()
+        self._tables = Tables(table)
+        self._conninfo = conninfo
+        self.location = _redacted(conninfo)
+        with translated("open the store", self.location):
+            with psycopg.connect(conninfo, connect_timeout=int(CONNECT_TIMEOUT)) as connection:
+                for statement in self._tables.create():
+                    connection.execute(statement)
+                self._check_schema_version(connection)
+            self._pool = ConnectionPool(
+                conninfo,
+                min_size=1,
+                max_size=POOL_SIZE,
+                kwargs={"autocommit": True},  # one round trip a read; writes open a transaction
+                configure=_configure,
+                timeout=WAIT_TIMEOUT,
+                open=False,
+            )
+            try:
+                self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+                self._dimension = self._read_dimension()
+            except BaseException:
+                self._pool.close()
+                raise
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open ``postgresql://user@host:port/db`` (``?table=name`` picks the table; other query
+        parameters go to libpq, for example ``?host=/run/postgresql`` for a Unix socket)."""
+        return cls(*connection_target(url))
+
+    @property
+    def dimension(self) -> int | None:
+        return self._dimension
+
+    @contextmanager
+    def _connection(self, action: str) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (autocommit), errors translated. A connection the server dropped is
+        replaced by the pool when it comes back: the call that met it raises StoreUnavailableError."""
+        with translated(action, self.location), self._pool.connection() as connection:
+            yield connection
+
+    def _check_schema_version(self, connection: psycopg.Connection[Any]) -> None:
+        query = sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(self._tables.meta)
+        row = connection.execute(query).fetchone()
+        if row is None:
+            insert = sql.SQL(
+                "INSERT INTO {} (key, value) VALUES ('schema_version', %s) ON CONFLICT DO NOTHING"
+            ).format(self._tables.meta)
+            connection.execute(insert, [Jsonb(SCHEMA_VERSION)])
+        elif row[0] != SCHEMA_VERSION:
+            raise StoreCorruptedError(
+                f"the table {self._tables.name} at {self.location} has memcore schema version {row[0]}; "
+                f"this plugin reads version {SCHEMA_VERSION}"
+            )
+
+    def _read_dimension(self, connection: psycopg.Connection[Any] | None = None) -> int | None:
+        """The ``n`` of the embedding column's ``vector(n)`` type (``None`` while it is untyped)."""
+        query = (
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding'"
+        )
+        qualified = self._tables.name  # lowercase letters, digits and _: its own quoted form
+        if connection is None:
+            with self._connection("read the vector dimension") as own:
+                row = own.execute(query, [qualified]).fetchone()
+        else:
+            row = connection.execute(query, [qualified]).fetchone()
+        if row is None:
+            raise StoreCorruptedError(f"the table {self._tables.name} has no embedding column")
+        return None if row[0] is None or row[0] < 1 else int(row[0])
+
+    def _fix_dimension(self, connection: psycopg.Connection[Any], dimension: int) -> None:
+        connection.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self._tables.records))
+        current = self._read_dimension(connection)  # another process may have fixed it first
+        if current is None:
+            for statement in self._tables.fix_dimension(dimension):
+                connection.execute(statement)
+            current = dimension
+        if current != dimension:
+            raise DimensionMismatchError(
+                f"vector dimension {dimension} does not match the store's dimension {current}"
+            )
+        self._dimension = current
+
+    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        rows = [
+            (
+                record.id,
+                record.scope.tenant,
+                record.scope.user_id,
+                record.scope.agent_id,
+                record.scope.session_id,
+                record.message.role,
+                record.kind,
+                micros(record.created_at),
+                record.message.content.casefold(),
+                Jsonb(record.metadata),
+                record.model_dump_json(),
+                None if vectors is None else vectors[row],
+            )
+            for row, record in enumerate(records)
+        ]
+        statement = sql.SQL(
+            "INSERT INTO {t} (" + _COLUMNS + ") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET role = EXCLUDED.role, kind = EXCLUDED.kind,"
+            " created_at = EXCLUDED.created_at, content_folded = EXCLUDED.content_folded,"
+            " metadata = EXCLUDED.metadata, record = EXCLUDED.record, embedding = EXCLUDED.embedding"
+            " WHERE {t}.tenant = EXCLUDED.tenant AND {t}.user_id IS NOT DISTINCT FROM EXCLUDED.user_id"
+            " AND {t}.agent_id IS NOT DISTINCT FROM EXCLUDED.agent_id"
+            " AND {t}.session_id IS NOT DISTINCT FROM EXCLUDED.session_id"
+            " RETURNING id"
+        ).format(t=self._tables.records)
+        with self._connection("add records") as connection, connection.transaction():
+            if vectors is not None and self._dimension != vectors.shape[1]:
+                self._fix_dimension(connection, vectors.shape[1])
+            with connection.cursor() as cursor:
+                cursor.executemany(statement, rows, returning=True)
+                written: set[UUID] = set()
+                while True:
+                    written.update(row[0] for row in cursor.fetchall())
+                    if not cursor.nextset():
+                        break
+            refused = [record.id for record in records if record.id not in written]
+            if refused:
+                raise IdConflictError(f"record id {refused[0]} is already used by a record of another scope")
+
+    def _select(
+        self,
+        connection: psycopg.Connection[Any],
+        where: Condition,
+        tail: str = "",
+        tail_values: Sequence[Any] = (),
+    ) -> builtins.list[MemoryRecord]:
+        text, values = where
+        query = sql.SQL("SELECT record FROM {} WHERE " + text + tail).format(self._tables.records)
+        return [_record(row[0]) for row in connection.execute(query, [*values, *tail_values])]
+
+    def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
+        with self._connection("get records") as connection:
+            return self._select(connection, _where(scope_condition(scope), ("id = ANY(%s)", [ids])))
+
+    def _list(
+        self,
+        scope: Scope,
+        node: Filter | None,
+        order: Order,
+        limit: int | None,
+        before: datetime | None,
+        after: datetime | None,
+    ) -> builtins.list[MemoryRecord]:
+        conditions = [scope_condition(scope), compile_filter(node)]
+        if before is not None:
+            conditions.append(("created_at < %s", [micros(before)]))
+        if after is not None:
+            conditions.append(("created_at > %s", [micros(after)]))
+        direction = "DESC" if order == "desc" else "ASC"
+        tail = f" ORDER BY created_at {direction}, id {direction}"
+        with self._connection("list records") as connection:
+            if limit is None:
+                return self._select(connection, _where(*conditions), tail)
+            return self._select(connection, _where(*conditions), tail + " LIMIT %s", [limit])
+
+    def _search(
+        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
+    ) -> builtins.list[ScoredRecord]:
+        conditions = [scope_condition(scope), compile_filter(node)]
+        if text is not None:
+            conditions.append(("strpos(content_folded, %s) > 0", [text.casefold()]))
+        if query is None:
+            records = self._list_newest(_where(*conditions), limit)
+            return [ScoredRecord.of(record, 1.0) for record in records]
+        if self._dimension is None:  # an embedder is bound but no vector was written yet
+            return []
+        where_text, values = _where(*conditions, ("embedding IS NOT NULL", []))
+        statement = sql.SQL(
+            "SELECT record, embedding <=> %s AS distance FROM {} WHERE "
+            + where_text
+            + " ORDER BY embedding <=> %s LIMIT %s"
+        ).format(self._tables.records)
+        vector = query[0]
+        with self._connection("search") as connection:
+            rows = connection.execute(statement, [vector, *values, vector, limit]).fetchall()
+        # relaxed_order may return a few hits slightly out of order: settle it here.
+        rows.sort(key=lambda row: row[1])
+        return [
+            ScoredRecord.of(_record(data), min(1.0, max(-1.0, 1.0 - distance))) for data, distance in rows
+        ]
+
+    def _list_newest(self, where: Condition, limit: int) -> builtins.list[MemoryRecord]:
+        with self._connection("search") as connection:
+            return self._select(connection, where, " ORDER BY created_at DESC, id DESC LIMIT %s", [limit])
+
+    def _count(self, scope: Scope, node: Filter | None) -> int:
+        text, values = _where(scope_condition(scope), compile_filter(node))
+        query = sql.SQL("SELECT count(*) FROM {} WHERE " + text).format(self._tables.records)
+        with self._connection("count records") as connection:
+            row = connection.execute(query, values).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
+        return self._delete_matching(_where(scope_condition(scope), ("id = ANY(%s)", [ids])))
+
+    def _delete_where(self, scope: Scope, node: Filter | None) -> int:
+        return self._delete_matching(_where(scope_condition(scope), compile_filter(node)))
+
+    def _delete_matching(self, where: Condition) -> int:
+        text, values = where
+        statement = sql.SQL("DELETE FROM {} WHERE " + text).format(self._tables.records)
+        with self._connection("delete records") as connection:
+            return connection.execute(statement, values).rowcount
+
+    def purge(self) -> None:
+        """Rewrite the tables without their deleted rows: ``VACUUM FULL``, which also rebuilds the indexes.
+
+        It locks the table for the time it takes. PostgreSQL's write-ahead log and
+        backups keep what they kept; their retention is the server's.
+        """
+        super().purge()
+        with (
+            translated("purge", self.location),
+            psycopg.connect(self._conninfo, autocommit=True) as connection,
+        ):
+            for table in (self._tables.records, self._tables.meta):
+                connection.execute(sql.SQL("VACUUM FULL {}").format(table))
+
+    def _load_vector_space(self) -> VectorSpace | None:
+        query = sql.SQL("SELECT value FROM {} WHERE key = 'vector_space'").format(self._tables.meta)
+        with self._connection("read the vector space") as connection:
+            row = connection.execute(query).fetchone()
+        if row is None:
+            return None
+        value = row[0]
+        if not isinstance(value, dict) or not isinstance(value.get("embedder"), str):
+            raise StoreCorruptedError(f"the table {self._tables.name}_meta holds an invalid vector space")
+        return VectorSpace(value["embedder"], int(value["dimension"]))
+
+    def _save_vector_space(self, space: VectorSpace) -> None:
+        if self._dimension not in (None, space.dimension):
+            raise DimensionMismatchError(
+                f"the store holds {self._dimension}-dimensional vectors, not {space.dimension}"
+            )
+        statement = sql.SQL(
+            "INSERT INTO {} (key, value) VALUES ('vector_space', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+        ).format(self._tables.meta)
+        value = {"embedder": space.embedder, "dimension": space.dimension}
+        with self._connection("save the vector space") as connection:
+            connection.execute(statement, [Jsonb(value)])
+
+    def _close(self) -> None:
+        self._pool.close()
+
+
+def connection_target(url: str) -> tuple[str, str]:
+    """The libpq URI and the table name a ``postgresql://...[?table=name]`` URL gives."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise InvalidInputError(f"invalid PostgreSQL URL {url!r}: {exc}") from None
+    if parts.scheme not in PgvectorStore.schemes:
+        raise InvalidInputError(f"expected postgresql://user@host:port/db, got {url!r}")
+    table = DEFAULT_TABLE
+    rest = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "table":
+            table = value
+        else:
+            rest.append((key, value))
+    return urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), parts.fragment)), table
+
+
+def _redacted(conninfo: str) -> str:
+    """The connection URI without its password, for messages."""
+    try:
+        parts = urlsplit(conninfo)
+    except ValueError:
+        return "postgresql://?"
+    if parts.password is None:
+        return conninfo
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
