@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from memcore.bench.workloads import fresh
 from memcore.testing.reliability import Figures, zeros
 
 WRITER = """
@@ -97,7 +98,7 @@ def crash_loop(
 ) -> Figures:
     """Kill a writer ``kills`` times and verify the store after each kill; return the figures.
 
-    :param url: a durable store URL with ``{tmp}``.
+    :param url: a durable store URL with ``{tmp}`` (or ``{name}``, for a server's table).
     :param kills_per_store: kills on one store before the next starts in a fresh folder, so that
         every kill costs about the same (the writer and the verifier each reopen the whole store).
     :param report: called with the figures so far after each store, so that a long run cut
@@ -111,7 +112,7 @@ def crash_loop(
         tried: set[str] = set()
         acknowledged: set[str] = set()
         with tempfile.TemporaryDirectory(prefix="memcore-crash-") as folder:
-            location = url.replace("{tmp}", folder + "/store")
+            location = fresh(url, folder + "/store")
             for kill in range(first, min(kills, first + kills_per_store)):
                 output = _kill_a_writer(location, f"{seed}-{kill}", batch, chance, timeout)
                 for line in output.split(b"\n")[:-1]:  # a line cut short was never acknowledged

@@ -29,6 +29,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from memcore.bench.workloads import fresh
 from memcore.errors import FilterError, MemcoreError, StoreLockedError
 from memcore.filters import evaluate, parse_filter
 from memcore.plugins import open_store
@@ -44,9 +45,10 @@ Figures = dict[str, int]
 
 @contextlib.contextmanager
 def fresh_location(url: str) -> Iterator[str]:
-    """``url`` with ``{tmp}`` replaced by a new temporary folder, removed afterwards."""
+    """``url`` with ``{tmp}`` replaced by a new temporary folder (removed afterwards), ``{name}`` by
+    a new table or collection name (see :func:`memcore.bench.workloads.fresh`)."""
     with tempfile.TemporaryDirectory(prefix="memcore-reliability-") as folder:
-        yield url.replace("{tmp}", folder + "/store")
+        yield fresh(url, folder + "/store")
 
 
 def zeros(*names: str) -> Counter[str]:
