@@ -33,8 +33,7 @@ class RawPsycopg:
     def __init__(self, conninfo: str, table: str) -> None:
         self._tables = Tables(f"{table}_raw")
         self._connection = psycopg.connect(conninfo, autocommit=True)
-        for statement in self._tables.create():
-            self._connection.execute(statement)
+        self._tables.migrate(self._connection, "the raw baseline")
         register_vector(self._connection)
         self._connection.execute(SEARCH_SETTINGS)
         self._dimension: int | None = None

@@ -17,18 +17,22 @@ The scope columns get one B-tree index (tenant, user_id, agent_id, session_id,
 created_at), which also serves ordered reads; the embedding an HNSW index with
 cosine distance, created when the first vector fixes the dimension. Every
 statement names tables through :class:`psycopg.sql.Identifier`, never by
-formatting text.
+formatting text. The schema's version is kept in the meta table;
+:meth:`Tables.migrate` creates the tables or brings older ones up to date when a
+store opens, under an advisory lock, and refuses tables of a newer version.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
+import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from memcore.errors import InvalidInputError
+from memcore.errors import InvalidInputError, StoreCorruptedError
 
 SCHEMA_VERSION: Final = 1
 DEFAULT_TABLE: Final = "memcore_records"
@@ -61,25 +65,56 @@ class Tables:
         self.scope_index = sql.Identifier(f"{name}_scope")
         self.vector_index = sql.Identifier(f"{name}_embedding")
 
-    def create(self) -> list[sql.Composed]:
-        """The statements that create whatever is missing (safe to run on every open)."""
-        return [
-            sql.SQL("CREATE EXTENSION IF NOT EXISTS vector").format(),
+    def migrations(self) -> list[tuple[int, list[sql.Composed]]]:
+        """Each schema version and the statements that bring the previous one to it, in order."""
+        version_1 = [
             sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} ("
+                "CREATE TABLE {} ("
                 " id uuid PRIMARY KEY,"
                 " tenant text NOT NULL, user_id text, agent_id text, session_id text,"
                 " role text NOT NULL, kind text NOT NULL, created_at bigint NOT NULL,"
                 " content_folded text NOT NULL, metadata jsonb NOT NULL, record text NOT NULL,"
                 " embedding vector)"
             ).format(self.records),
-            sql.SQL(
-                "CREATE INDEX IF NOT EXISTS {} ON {} (tenant, user_id, agent_id, session_id, created_at)"
-            ).format(self.scope_index, self.records),
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, value jsonb NOT NULL)").format(
-                self.meta
+            sql.SQL("CREATE INDEX {} ON {} (tenant, user_id, agent_id, session_id, created_at)").format(
+                self.scope_index, self.records
             ),
         ]
+        return [(1, version_1)]
+
+    def migrate(self, connection: psycopg.Connection[Any], location: str) -> None:
+        """Create the tables, or bring them to :data:`SCHEMA_VERSION`, in one transaction.
+
+        A transaction-scoped advisory lock on the table's name makes concurrent first opens
+        (several processes, several threads) wait for each other instead of racing on
+        ``CREATE TABLE``; the version lives in the meta table.
+        """
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"memcore:{self.name}"])
+            connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            connection.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, value jsonb NOT NULL)").format(
+                    self.meta
+                )
+            )
+            read = sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(self.meta)
+            row = connection.execute(read).fetchone()
+            current = 0 if row is None else row[0]
+            if not isinstance(current, int) or current > SCHEMA_VERSION:
+                raise StoreCorruptedError(
+                    f"the table {self.name} at {location} has memcore schema version {current!r}; this "
+                    f"plugin knows versions up to {SCHEMA_VERSION}: upgrade memcore-pgvector"
+                )
+            for version, statements in self.migrations():
+                if version > current:
+                    for statement in statements:
+                        connection.execute(statement)
+            if current != SCHEMA_VERSION:
+                write = sql.SQL(
+                    "INSERT INTO {} (key, value) VALUES ('schema_version', %s)"
+                    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+                ).format(self.meta)
+                connection.execute(write, [Jsonb(SCHEMA_VERSION)])
 
     def fix_dimension(self, dimension: int) -> list[sql.Composed]:
         """Type the embedding column ``vector(dimension)`` and index it (HNSW, cosine)."""

@@ -40,7 +40,7 @@ from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.validation import Matrix
 from memcore_pgvector.errors import translated
 from memcore_pgvector.filters import Condition, compile_filter, scope_condition
-from memcore_pgvector.schema import DEFAULT_TABLE, SCHEMA_VERSION, Tables, micros
+from memcore_pgvector.schema import DEFAULT_TABLE, Tables, micros
 
 POOL_SIZE = 8
 """Connections one store keeps at most (threads beyond it wait for one)."""
@@ -95,9 +95,7 @@ class PgvectorStore(BaseStore):
         self.location = _redacted(conninfo)
         with translated("open the store", self.location):
             with psycopg.connect(conninfo, connect_timeout=int(CONNECT_TIMEOUT)) as connection:
-                for statement in self._tables.create():
-                    connection.execute(statement)
-                self._check_schema_version(connection)
+                self._tables.migrate(connection, self.location)
             self._pool = ConnectionPool(
                 conninfo,
                 min_size=1,
@@ -130,20 +128,6 @@ class PgvectorStore(BaseStore):
         replaced by the pool when it comes back: the call that met it raises StoreUnavailableError."""
         with translated(action, self.location), self._pool.connection() as connection:
             yield connection
-
-    def _check_schema_version(self, connection: psycopg.Connection[Any]) -> None:
-        query = sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(self._tables.meta)
-        row = connection.execute(query).fetchone()
-        if row is None:
-            insert = sql.SQL(
-                "INSERT INTO {} (key, value) VALUES ('schema_version', %s) ON CONFLICT DO NOTHING"
-            ).format(self._tables.meta)
-            connection.execute(insert, [Jsonb(SCHEMA_VERSION)])
-        elif row[0] != SCHEMA_VERSION:
-            raise StoreCorruptedError(
-                f"the table {self._tables.name} at {self.location} has memcore schema version {row[0]}; "
-                f"this plugin reads version {SCHEMA_VERSION}"
-            )
 
     def _read_dimension(self, connection: psycopg.Connection[Any] | None = None) -> int | None:
         """The ``n`` of the embedding column's ``vector(n)`` type (``None`` while it is untyped)."""

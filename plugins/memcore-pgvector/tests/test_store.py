@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from memcore_pgvector import PgvectorStore
 from memcore.errors import (
     DimensionMismatchError,
     InvalidInputError,
+    StoreCorruptedError,
     StoreUnavailableError,
 )
 from memcore.records import MemoryRecord, Message
@@ -137,3 +139,36 @@ def test_messages_never_show_the_password() -> None:
     with pytest.raises(StoreUnavailableError) as raised:
         PgvectorStore.from_url("postgresql://me:hunter2@127.0.0.1:1/db?connect_timeout=2")
     assert "hunter2" not in str(raised.value)
+
+
+def test_concurrent_first_opens_of_a_table_all_succeed(postgres: Postgres, table_name: str) -> None:
+    """Eight threads creating the same table at once wait on the advisory lock instead of racing."""
+    url = with_table(postgres.uri, table_name)
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def open_and_write(number: int) -> None:
+        barrier.wait()
+        try:
+            with PgvectorStore.from_url(url) as store:
+                store.add(_records(1, text=f"thread {number}"))
+        except BaseException as exc:  # collected, and failed on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_write, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with PgvectorStore.from_url(url) as store:
+        assert store.count(SCOPE) == 8
+
+
+def test_a_table_of_a_newer_schema_is_refused(postgres: Postgres, table_name: str) -> None:
+    url = with_table(postgres.uri, table_name)
+    PgvectorStore.from_url(url).close()
+    with psycopg.connect(postgres.uri, autocommit=True) as connection:
+        connection.execute(f"UPDATE {table_name}_meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreCorruptedError, match="upgrade memcore-pgvector"):
+        PgvectorStore.from_url(url)
