@@ -11,6 +11,7 @@ the time order, so "the last 20 records" is a slice, not a sort. Filters on
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import UUID
@@ -31,6 +32,7 @@ _ROLE_CODES = {"system": 0, "developer": 1, "user": 2, "assistant": 3, "tool": 4
 _KIND_CODES: dict[str, int] = {}
 _SESSION_CODES: dict[str, int] = {}
 _NO_SESSION = -1
+_CODES_LOCK = threading.Lock()
 _COLUMN_FIELDS = ("role", "kind")
 
 
@@ -40,13 +42,23 @@ def timestamp_micros(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _code(codes: dict[str, int], value: str) -> int:
+    """The code of ``value``, new ones numbered in order. Process-wide and append-only, so codes
+    never change meaning; a lock, because ``setdefault(v, len(codes))`` reads the length first, and
+    two stores in two threads could give two new values one code (merging two sessions)."""
+    code = codes.get(value)
+    if code is None:
+        with _CODES_LOCK:
+            code = codes.setdefault(value, len(codes))
+    return code
+
+
 def _kind_code(kind: str) -> int:
-    # Process-wide and append-only, so codes never change meaning (one dict operation: thread-safe).
-    return _KIND_CODES.setdefault(kind, len(_KIND_CODES))
+    return _code(_KIND_CODES, kind)
 
 
 def _session_code(session_id: str | None) -> int:
-    return _NO_SESSION if session_id is None else _SESSION_CODES.setdefault(session_id, len(_SESSION_CODES))
+    return _NO_SESSION if session_id is None else _code(_SESSION_CODES, session_id)
 
 
 @dataclass

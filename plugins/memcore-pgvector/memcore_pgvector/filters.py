@@ -11,6 +11,12 @@ those of :func:`memcore.filters.evaluate`, exactly:
   numbers only (``numeric``, exact), never strings, booleans or lists;
 * every comparison is two-valued (``COALESCE(..., false)``), so ``NOT`` and
   ``$ne``/``$nin`` match records that lack the field, as the reference does.
+
+One exception is not compiled: a number of magnitude 2**53 or more compared with
+metadata. Floats are stored as their shortest decimal text, which beyond 2**53
+is not the float's exact value, so ``numeric`` would compare them differently
+from Python; :class:`NeedsExactEvaluation` makes the store evaluate such a filter
+in Python over the scope's records instead.
 """
 
 from __future__ import annotations
@@ -26,6 +32,14 @@ from memcore_pgvector.schema import micros
 
 Condition = tuple[str, list[Any]]
 """SQL text made of fixed fragments and ``%s`` placeholders, and the values they bind."""
+
+EXACT_LIMIT = 2**53
+"""Numbers from this magnitude on are compared in Python (see the module docstring)."""
+
+
+class NeedsExactEvaluation(Exception):  # noqa: N818 - a signal between modules, never raised to callers
+    """The filter compares a number SQL would not compare exactly: evaluate it in Python."""
+
 
 _RANGE_SQL = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _COLUMNS = ("role", "kind", "created_at")
@@ -59,6 +73,9 @@ def _comparison(node: Comparison) -> Condition:
         return _column_comparison(node)
     key = node.field[len(METADATA_PREFIX) :]
     op, value = node.op, node.value
+    compared = value if isinstance(value, tuple) else (value,)
+    if any(_is_number(item) and abs(item) >= EXACT_LIMIT for item in compared):  # type: ignore[arg-type]
+        raise NeedsExactEvaluation(node.field)
     if op == "$exists":
         return ("(metadata ? %s)" if value else "(NOT metadata ? %s)"), [key]
     if op == "$contains":
@@ -82,6 +99,10 @@ def _comparison(node: Comparison) -> Condition:
         f"THEN (metadata ->> %s)::numeric {_RANGE_SQL[op]} %s::numeric ELSE false END)",
         [key, key, _number(value)],  # type: ignore[arg-type]
     )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _equals(key: str, value: Scalar) -> Condition:

@@ -33,9 +33,13 @@ class RawPsycopg:
     def __init__(self, conninfo: str, table: str) -> None:
         self._tables = Tables(f"{table}_raw")
         self._connection = psycopg.connect(conninfo, autocommit=True)
-        self._tables.migrate(self._connection, "the raw baseline")
-        register_vector(self._connection)
-        self._connection.execute(SEARCH_SETTINGS)
+        try:
+            self._tables.migrate(self._connection, "the raw baseline")
+            register_vector(self._connection)
+            self._connection.execute(SEARCH_SETTINGS)
+        except BaseException:
+            self._connection.close()
+            raise
         self._dimension: int | None = None
 
     def _scoped(self, scope: Scope) -> tuple[str, list[Any]]:

@@ -2,7 +2,7 @@
 
 One table of records per store (``memcore_records`` by default, ``?table=`` to
 choose another), and one small table of settings beside it (``<table>_meta``:
-schema version, vector dimension, embedder binding)::
+schema version, embedder binding)::
 
     id          uuid primary key         the record's UUID
     tenant, user_id, agent_id, session_id  text  the scope (tenant first in the index)
@@ -19,7 +19,8 @@ cosine distance, created when the first vector fixes the dimension. Every
 statement names tables through :class:`psycopg.sql.Identifier`, never by
 formatting text. The schema's version is kept in the meta table;
 :meth:`Tables.migrate` creates the tables or brings older ones up to date when a
-store opens, under an advisory lock, and refuses tables of a newer version.
+store opens, under an advisory lock, and refuses tables of a newer version (and pgvector
+older than 0.8, whose index scans stop at ``ef_search`` candidates).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from memcore.errors import InvalidInputError, StoreCorruptedError
+from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError
 
 SCHEMA_VERSION: Final = 1
 DEFAULT_TABLE: Final = "memcore_records"
@@ -48,11 +49,32 @@ def micros(moment: datetime) -> int:
 
 def check_table_name(name: str) -> str:
     """A table name memcore accepts: lowercase letters, digits and ``_``, at most 48 characters."""
+    if name.endswith(RESERVED_SUFFIXES):
+        raise InvalidInputError(
+            f"table name {name!r} ends with one of {RESERVED_SUFFIXES}, kept for its own objects"
+        )
     if not _TABLE_NAME.fullmatch(name):
         raise InvalidInputError(
             f"table name {name!r} must be 1-48 lowercase letters, digits and _, not starting with a digit"
         )
     return name
+
+
+MIN_PGVECTOR = (0, 8)
+"""Iterative index scans (scoped searches that still return ``limit`` hits) came in pgvector 0.8."""
+
+RESERVED_SUFFIXES = ("_meta", "_scope", "_embedding")
+"""Names of a table's own objects: not names of records tables."""
+
+
+def _check_pgvector(connection: psycopg.Connection[Any], location: str) -> None:
+    row = connection.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    version = tuple(int(part) for part in re.findall(r"\d+", str(row[0]))[:2]) if row else ()
+    if version < MIN_PGVECTOR:
+        raise StoreError(
+            f"PostgreSQL at {location} has pgvector {row[0] if row else 'missing'}; memcore-pgvector needs "
+            "0.8 or newer (ALTER EXTENSION vector UPDATE, or see docker/pgvector/)"
+        )
 
 
 class Tables:
@@ -90,8 +112,10 @@ class Tables:
         ``CREATE TABLE``; the version lives in the meta table.
         """
         with connection.transaction():
-            connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"memcore:{self.name}"])
+            # One lock for every memcore table of the database: CREATE EXTENSION races too.
+            connection.execute("SELECT pg_advisory_xact_lock(hashtext('memcore-pgvector schema'))")
             connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            _check_pgvector(connection, location)
             connection.execute(
                 sql.SQL("CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, value jsonb NOT NULL)").format(
                     self.meta

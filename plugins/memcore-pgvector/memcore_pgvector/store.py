@@ -24,28 +24,32 @@ from uuid import UUID
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from memcore.errors import (
     DimensionMismatchError,
+    EmbedderMismatchError,
     IdConflictError,
     InvalidInputError,
+    InvalidRecordError,
     StoreCorruptedError,
 )
-from memcore.filters import Filter
+from memcore.filters import Filter, evaluate
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.validation import Matrix
 from memcore_pgvector.errors import translated
-from memcore_pgvector.filters import Condition, compile_filter, scope_condition
+from memcore_pgvector.filters import Condition, NeedsExactEvaluation, compile_filter, scope_condition
 from memcore_pgvector.schema import DEFAULT_TABLE, Tables, micros
 
 POOL_SIZE = 8
 """Connections one store keeps at most (threads beyond it wait for one)."""
 CONNECT_TIMEOUT = 10.0
 """Seconds to wait for the server when the store opens."""
+CONNECT_SECONDS = int(CONNECT_TIMEOUT)
 WAIT_TIMEOUT = 5.0
 """Seconds a call waits for a connection (all busy, or the server away) before StoreUnavailableError."""
 SEARCH_SETTINGS = "SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = 100"
@@ -94,7 +98,7 @@ class PgvectorStore(BaseStore):
         self._conninfo = conninfo
         self.location = _redacted(conninfo)
         with translated("open the store", self.location):
-            with psycopg.connect(conninfo, connect_timeout=int(CONNECT_TIMEOUT)) as connection:
+            with psycopg.connect(conninfo, connect_timeout=CONNECT_SECONDS) as connection:
                 self._tables.migrate(connection, self.location)
             self._pool = ConnectionPool(
                 conninfo,
@@ -120,6 +124,8 @@ class PgvectorStore(BaseStore):
 
     @property
     def dimension(self) -> int | None:
+        if self._dimension is None:  # another process may have written the first vector since
+            self._dimension = self._read_dimension()
         return self._dimension
 
     @contextmanager
@@ -145,6 +151,10 @@ class PgvectorStore(BaseStore):
         return None if row[0] is None or row[0] < 1 else int(row[0])
 
     def _fix_dimension(self, connection: psycopg.Connection[Any], dimension: int) -> None:
+        """Type the column ``vector(dimension)`` unless it has a type; refuse another dimension.
+
+        Runs inside the write's transaction: the caller caches the dimension once it committed.
+        """
         connection.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self._tables.records))
         current = self._read_dimension(connection)  # another process may have fixed it first
         if current is None:
@@ -155,9 +165,10 @@ class PgvectorStore(BaseStore):
             raise DimensionMismatchError(
                 f"vector dimension {dimension} does not match the store's dimension {current}"
             )
-        self._dimension = current
 
     def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        for record in records:
+            _check_no_nul(record)
         rows = [
             (
                 record.id,
@@ -168,7 +179,7 @@ class PgvectorStore(BaseStore):
                 record.message.role,
                 record.kind,
                 micros(record.created_at),
-                record.message.content.casefold(),
+                record.message.content.casefold().replace("\x00", ""),
                 Jsonb(record.metadata),
                 record.model_dump_json(),
                 None if vectors is None else vectors[row],
@@ -185,8 +196,9 @@ class PgvectorStore(BaseStore):
             " AND {t}.session_id IS NOT DISTINCT FROM EXCLUDED.session_id"
             " RETURNING id"
         ).format(t=self._tables.records)
+        fixing = vectors is not None and self._dimension != vectors.shape[1]
         with self._connection("add records") as connection, connection.transaction():
-            if vectors is not None and self._dimension != vectors.shape[1]:
+            if vectors is not None and fixing:
                 self._fix_dimension(connection, vectors.shape[1])
             with connection.cursor() as cursor:
                 cursor.executemany(statement, rows, returning=True)
@@ -198,6 +210,8 @@ class PgvectorStore(BaseStore):
             refused = [record.id for record in records if record.id not in written]
             if refused:
                 raise IdConflictError(f"record id {refused[0]} is already used by a record of another scope")
+        if vectors is not None and fixing:
+            self._dimension = vectors.shape[1]  # committed: the column is vector(n) for everyone now
 
     def _select(
         self,
@@ -209,6 +223,16 @@ class PgvectorStore(BaseStore):
         text, values = where
         query = sql.SQL("SELECT record FROM {} WHERE " + text + tail).format(self._tables.records)
         return [_record(row[0]) for row in connection.execute(query, [*values, *tail_values])]
+
+    def _filter(self, scope: Scope, node: Filter | None) -> Condition:
+        """``node`` as SQL; or, for the few filters SQL cannot compare exactly, the ids of the scope's
+        records that match it, evaluated here (:class:`~memcore_pgvector.filters.NeedsExactEvaluation`)."""
+        try:
+            return compile_filter(node)
+        except NeedsExactEvaluation:
+            with self._connection("evaluate a filter") as connection:
+                records = self._select(connection, scope_condition(scope))
+            return "id = ANY(%s)", [[record.id for record in records if evaluate(node, record)]]
 
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
         with self._connection("get records") as connection:
@@ -223,7 +247,7 @@ class PgvectorStore(BaseStore):
         before: datetime | None,
         after: datetime | None,
     ) -> builtins.list[MemoryRecord]:
-        conditions = [scope_condition(scope), compile_filter(node)]
+        conditions = [scope_condition(scope), self._filter(scope, node)]
         if before is not None:
             conditions.append(("created_at < %s", [micros(before)]))
         if after is not None:
@@ -238,13 +262,13 @@ class PgvectorStore(BaseStore):
     def _search(
         self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
     ) -> builtins.list[ScoredRecord]:
-        conditions = [scope_condition(scope), compile_filter(node)]
+        conditions = [scope_condition(scope), self._filter(scope, node)]
         if text is not None:
-            conditions.append(("strpos(content_folded, %s) > 0", [text.casefold()]))
+            conditions.append(("strpos(content_folded, %s) > 0", [text.casefold().replace("\x00", "")]))
         if query is None:
             records = self._list_newest(_where(*conditions), limit)
             return [ScoredRecord.of(record, 1.0) for record in records]
-        if self._dimension is None:  # an embedder is bound but no vector was written yet
+        if self.dimension is None:  # an embedder is bound but no vector was written yet
             return []
         where_text, values = _where(*conditions, ("embedding IS NOT NULL", []))
         statement = sql.SQL(
@@ -266,7 +290,7 @@ class PgvectorStore(BaseStore):
             return self._select(connection, where, " ORDER BY created_at DESC, id DESC LIMIT %s", [limit])
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
-        text, values = _where(scope_condition(scope), compile_filter(node))
+        text, values = _where(scope_condition(scope), self._filter(scope, node))
         query = sql.SQL("SELECT count(*) FROM {} WHERE " + text).format(self._tables.records)
         with self._connection("count records") as connection:
             row = connection.execute(query, values).fetchone()
@@ -276,7 +300,7 @@ class PgvectorStore(BaseStore):
         return self._delete_matching(_where(scope_condition(scope), ("id = ANY(%s)", [ids])))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
-        return self._delete_matching(_where(scope_condition(scope), compile_filter(node)))
+        return self._delete_matching(_where(scope_condition(scope), self._filter(scope, node)))
 
     def _delete_matching(self, where: Condition) -> int:
         text, values = where
@@ -293,7 +317,9 @@ class PgvectorStore(BaseStore):
         super().purge()
         with (
             translated("purge", self.location),
-            psycopg.connect(self._conninfo, autocommit=True) as connection,
+            psycopg.connect(
+                self._conninfo, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
+            ) as connection,
         ):
             for table in (self._tables.records, self._tables.meta):
                 connection.execute(sql.SQL("VACUUM FULL {}").format(table))
@@ -305,25 +331,48 @@ class PgvectorStore(BaseStore):
         if row is None:
             return None
         value = row[0]
-        if not isinstance(value, dict) or not isinstance(value.get("embedder"), str):
+        embedder = value.get("embedder") if isinstance(value, dict) else None
+        dimension = value.get("dimension") if isinstance(value, dict) else None
+        if not isinstance(embedder, str) or not isinstance(dimension, int) or dimension < 1:
             raise StoreCorruptedError(f"the table {self._tables.name}_meta holds an invalid vector space")
-        return VectorSpace(value["embedder"], int(value["dimension"]))
+        return VectorSpace(embedder, dimension)
 
     def _save_vector_space(self, space: VectorSpace) -> None:
-        if self._dimension not in (None, space.dimension):
+        if self.dimension not in (None, space.dimension):
             raise DimensionMismatchError(
                 f"the store holds {self._dimension}-dimensional vectors, not {space.dimension}"
             )
         statement = sql.SQL(
-            "INSERT INTO {} (key, value) VALUES ('vector_space', %s)"
-            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+            "INSERT INTO {} (key, value) VALUES ('vector_space', %s) ON CONFLICT (key) DO NOTHING"
         ).format(self._tables.meta)
         value = {"embedder": space.embedder, "dimension": space.dimension}
         with self._connection("save the vector space") as connection:
             connection.execute(statement, [Jsonb(value)])
+        bound = self._load_vector_space()  # another process may have bound it first
+        if bound != space:
+            raise EmbedderMismatchError(
+                f"the table {self._tables.name} is bound to {bound!r}, not to the embedder "
+                f"{space.embedder!r}; use a table of its own for another embedder"
+            )
 
     def _close(self) -> None:
         self._pool.close()
+
+
+def _check_no_nul(record: MemoryRecord) -> None:
+    """PostgreSQL's ``jsonb`` cannot hold a NUL character: refuse metadata holding one, up front.
+
+    (The record's JSON escapes NUL, and the copy of the content for text search drops it.)
+    """
+    for key, value in record.metadata.items():
+        if any(
+            "\x00" in item
+            for item in (value if isinstance(value, list) else [value])
+            if isinstance(item, str)
+        ):
+            raise InvalidRecordError(
+                f"metadata {key!r} of record {record.id} holds a NUL character, which PostgreSQL cannot store"
+            )
 
 
 def connection_target(url: str) -> tuple[str, str]:
@@ -345,12 +394,13 @@ def connection_target(url: str) -> tuple[str, str]:
 
 
 def _redacted(conninfo: str) -> str:
-    """The connection URI without its password, for messages."""
+    """The connection string without its password (in the URI's user part or a ``password=``
+    parameter), for messages."""
     try:
-        parts = urlsplit(conninfo)
-    except ValueError:
-        return "postgresql://?"
-    if parts.password is None:
+        parameters = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "postgresql://(unparsable connection string)"
+    if "password" not in parameters:
         return conninfo
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    parameters["password"] = "***"
+    return make_conninfo("", **{key: value for key, value in parameters.items() if value is not None})

@@ -16,12 +16,15 @@ from memcore_pgvector import PgvectorStore
 
 from memcore.errors import (
     DimensionMismatchError,
+    EmbedderMismatchError,
     InvalidInputError,
+    InvalidRecordError,
     StoreCorruptedError,
     StoreUnavailableError,
 )
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
+from memcore.store import VectorSpace
 
 SCOPE = Scope(tenant="acme", user_id="alice")
 
@@ -113,7 +116,7 @@ def test_values_and_names_never_become_sql(postgres: Postgres, table_name: str) 
         assert store.count(SCOPE, filter={"metadata.k": {"$in": [hostile, "' OR 1=1 --"]}}) == 1
         assert store.count(SCOPE, filter={"metadata.k": "' OR '1'='1"}) == 0
         assert len(store.search(SCOPE, text="drop table", limit=5)) == 1
-    for bad in ("x; DROP TABLE y", "Records", '"quoted"', "a" * 49, "1st"):
+    for bad in ("x; DROP TABLE y", "Records", '"quoted"', "a" * 49, "1st", "notes_meta"):
         with pytest.raises(InvalidInputError):
             PgvectorStore.from_url(with_table(postgres.uri, bad))
 
@@ -172,3 +175,58 @@ def test_a_table_of_a_newer_schema_is_refused(postgres: Postgres, table_name: st
         connection.execute(f"UPDATE {table_name}_meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(StoreCorruptedError, match="upgrade memcore-pgvector"):
         PgvectorStore.from_url(url)
+
+
+def test_numbers_beyond_2_53_compare_exactly(postgres: Postgres, table_name: str) -> None:
+    """Floats are stored as their shortest text: beyond 2**53 that is not their exact value."""
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        big = MemoryRecord(
+            scope=SCOPE, message=Message(role="user", content="big"), metadata={"n": float(2**60)}
+        )
+        near = MemoryRecord(
+            scope=SCOPE, message=Message(role="user", content="near"), metadata={"n": 2**60 + 4}
+        )
+        store.add([big, near])
+        assert [r.id for r in store.list(SCOPE, filter={"metadata.n": 2**60})] == [big.id]
+        assert [r.id for r in store.list(SCOPE, filter={"metadata.n": {"$gt": 2.0**60}})] == [near.id]
+        assert store.count(SCOPE, filter={"metadata.n": {"$gte": 2**60}}) == 2
+        assert store.count(Scope(tenant="other"), filter={"metadata.n": 2**60}) == 0
+
+
+def test_nul_characters_are_kept_in_content_and_refused_in_metadata(
+    postgres: Postgres, table_name: str
+) -> None:
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        record = MemoryRecord(scope=SCOPE, message=Message(role="user", content="before\x00after"))
+        store.add([record])
+        assert store.get(SCOPE, [record.id])[0].message.content == "before\x00after"
+        assert len(store.search(SCOPE, text="after", limit=5)) == 1
+        bad = MemoryRecord(scope=SCOPE, message=Message(role="user", content="x"), metadata={"k": "a\x00b"})
+        with pytest.raises(InvalidRecordError):
+            store.add([bad])
+        assert store.count(SCOPE) == 1
+
+
+def test_a_store_opened_before_the_first_vector_finds_it(postgres: Postgres, table_name: str) -> None:
+    url = with_table(postgres.uri, table_name)
+    with PgvectorStore.from_url(url) as reader, PgvectorStore.from_url(url) as writer:
+        assert reader.dimension is None
+        vectors = _vectors(3, 8)
+        writer.add(_records(3), vectors)
+        assert reader.dimension == 8
+        assert len(reader.search(SCOPE, vector=vectors[0], limit=3)) == 3
+
+
+def test_a_second_binding_of_another_embedder_is_refused(postgres: Postgres, table_name: str) -> None:
+    url = with_table(postgres.uri, table_name)
+    with PgvectorStore.from_url(url) as first, PgvectorStore.from_url(url) as second:
+        first.bind_vector_space(VectorSpace("minilm", 384))
+        with pytest.raises(EmbedderMismatchError):
+            second._save_vector_space(VectorSpace("other", 384))  # past the in-process check: the race
+        assert second.vector_space() == VectorSpace("minilm", 384)
+
+
+def test_a_password_parameter_is_masked_too() -> None:
+    with pytest.raises(StoreUnavailableError) as raised:
+        PgvectorStore.from_url("postgresql://me@127.0.0.1:1/db?password=hunter2&connect_timeout=2")
+    assert "hunter2" not in str(raised.value)
