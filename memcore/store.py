@@ -51,7 +51,8 @@ class Capabilities:
     :param text_search: ``search(text=...)`` is supported.
     :param server: the data lives in a server process, not in this one.
     :param keyword_index: ``search(keywords=...)`` reads an index instead of scanning every
-        record of the scope, so it stays fast as the scope grows.
+        record of the scope, so it stays fast as the scope grows (with a filter beyond role and
+        kind, the built-in stores still scan). Descriptive, for callers choosing a store.
     :param default_recall: what a memory's ``recall="auto"`` means over this store:
         ``"hybrid"`` where keyword search and the small ordered reads of hybrid recall's
         neighbours are cheap enough for every turn (``memcore bench``'s agent loop), else

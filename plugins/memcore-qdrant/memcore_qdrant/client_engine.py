@@ -55,7 +55,7 @@ from memcore_qdrant.filters import (
     Range,
     ScopeIs,
 )
-from memcore_qdrant.keywords import KEYWORD_VECTOR, SparseVector
+from memcore_qdrant.keywords import KEYWORD_VECTOR, SparseVector, distinct_terms
 
 SPACE_KEY = "memcore_vector_space"
 """The key of the vector-space binding in the collection's metadata."""
@@ -140,6 +140,21 @@ def _vectors(point: Point) -> dict[str, Any]:
     return vectors
 
 
+def _keyword_updates(points: Sequence[Point]) -> list[models.UpdateOperation]:
+    """Give each point its ``terms`` payload field and its ``keywords`` vector, touching nothing else."""
+    operations: list[models.UpdateOperation] = []
+    vectors = []
+    for point in points:
+        text = str(point.payload.get(fields.TEXT, ""))
+        terms = models.SetPayload(payload={fields.TERMS: distinct_terms(text)}, points=[str(point.id)])
+        operations.append(models.SetPayloadOperation(set_payload=terms))
+        indices, values = fields.keyword_vector(point.payload)
+        sparse = models.SparseVector(indices=indices, values=values)
+        vectors.append(models.PointVectors(id=str(point.id), vector={KEYWORD_VECTOR: sparse}))
+    operations.append(models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(points=vectors)))
+    return operations
+
+
 class ClientEngine:
     """One collection reached through a :class:`~qdrant_client.QdrantClient`.
 
@@ -187,9 +202,14 @@ class ClientEngine:
                 if KEYWORD_VECTOR not in (sparse or {}):
                     raise
                 # another client added it meanwhile
-        for page in self._pages(models.Filter(), with_vectors=True, limit=None):
+        # Partial updates of the points still lacking terms, never a rewrite of the whole point: a
+        # rewrite could bring back a record another client deleted meanwhile, or undo its update.
+        lacking = models.Filter(
+            must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=fields.TERMS))]
+        )
+        for page in self._pages(lacking, with_vectors=False, limit=None):
             if page:
-                self.upsert([Point(p.id, fields.with_terms(p.payload), p.vector) for p in page])
+                self._client.batch_update_points(self._collection, _keyword_updates(page), wait=True)
         self._client.update_collection(self._collection, metadata={KEYWORDS_KEY: True})
 
     def _refresh(self) -> models.CollectionInfo:

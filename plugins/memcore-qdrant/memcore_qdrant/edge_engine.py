@@ -27,6 +27,7 @@ discards a swap a crash interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Iterator, Sequence
@@ -202,11 +203,16 @@ class EdgeEngine:
             self._shard = edge.EdgeShard.load(str(shard_path))
             try:
                 ensure_indexes(self._shard)  # a creation cut short by a crash left some out
-                if KEYWORD_VECTOR not in (config.get("sparse_vectors") or {}):
-                    self.purge()  # made before keyword search: rebuilt with its terms
             except BaseException:
                 self._shard.close()
                 raise
+            if KEYWORD_VECTOR not in (config.get("sparse_vectors") or {}):
+                try:
+                    self.purge()  # made before keyword search: rebuilt with its terms
+                except BaseException:
+                    with contextlib.suppress(Exception):  # purge may have closed it already
+                        self._shard.close()
+                    raise
         else:
             if shard_path.exists():
                 shutil.rmtree(shard_path)  # a creation that crashed before writing its config

@@ -11,7 +11,8 @@ modifier would count the whole collection).
 The difference from the exact scan (:func:`memcore.keywords.bm25_scores`): BM25
 normalises a document's length by the average length of the scope, which Qdrant
 cannot aggregate; here it is the fixed :data:`AVERAGE_TERMS`, fixed when a point is
-written. Rankings agree except between documents whose lengths differ.
+written. That changes how fast a repeated term saturates, so scores differ from the
+scan's and, between documents that match different terms, so can their order.
 """
 
 from __future__ import annotations
