@@ -56,6 +56,18 @@ class _MonotonicUtcClock:
 utc_now = _MonotonicUtcClock().now
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_micros(moment: datetime) -> int:
+    """Microseconds since 1970-01-01 UTC of a timezone-aware datetime: exact, sortable, an integer.
+
+    How stores keep ``created_at`` in their columns and payloads (below 2**53 until the year 2255).
+    """
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
 class FunctionCall(MemcoreModel):
     """The function an assistant asks to call: its name and JSON arguments."""
 

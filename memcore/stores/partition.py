@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
 
 from memcore.filters import And, Comparison, Filter, Not
-from memcore.records import MemoryRecord
+from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.store import Order
 from memcore.stores.keyword_postings import Postings
 from memcore.validation import Matrix
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INITIAL_CAPACITY = 16
 _ROLE_CODES = {"system": 0, "developer": 1, "user": 2, "assistant": 3, "tool": 4}
 _KIND_CODES: dict[str, int] = {}
@@ -34,12 +32,6 @@ _SESSION_CODES: dict[str, int] = {}
 _NO_SESSION = -1
 _CODES_LOCK = threading.Lock()
 _COLUMN_FIELDS = ("role", "kind")
-
-
-def timestamp_micros(moment: datetime) -> int:
-    """Microseconds since the epoch: an exact, sortable integer for a UTC datetime."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _code(codes: dict[str, int], value: str) -> int:
@@ -112,7 +104,7 @@ class Partition:
 
     def put(self, record: MemoryRecord, vector: Matrix | None) -> None:
         """Insert or replace a record (and its unit vector)."""
-        stamp, key = timestamp_micros(record.created_at), record.id.int >> 64
+        stamp, key = epoch_micros(record.created_at), record.id.int >> 64
         row = self.positions.get(record.id)
         if row is None:
             row = self.size

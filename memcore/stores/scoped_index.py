@@ -26,10 +26,10 @@ from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 from memcore.errors import DimensionMismatchError, IdConflictError
 from memcore.filters import Filter, evaluate
 from memcore.keywords import idf, term_score, terms
-from memcore.records import MemoryRecord, ScoredRecord
+from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import Order, text_matches
-from memcore.stores.partition import Partition, timestamp_micros
+from memcore.stores.partition import Partition
 from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
@@ -179,8 +179,8 @@ class ScopedIndex:
         before: datetime | None,
         after: datetime | None,
     ) -> list[MemoryRecord]:
-        after_us = None if after is None else timestamp_micros(after)
-        before_us = None if before is None else timestamp_micros(before)
+        after_us = None if after is None else epoch_micros(after)
+        before_us = None if before is None else epoch_micros(before)
         selection = self.select(scope)
         masks, exact = self._row_masks(selection, node)
         if len(selection) == 1:

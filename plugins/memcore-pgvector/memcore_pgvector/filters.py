@@ -27,8 +27,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from memcore.filters import METADATA_PREFIX, And, Comparison, Filter, Not, Or, Scalar
+from memcore.records import epoch_micros
 from memcore.scope import Scope
-from memcore_pgvector.schema import micros
 
 Condition = tuple[str, list[Any]]
 """SQL text made of fixed fragments and ``%s`` placeholders, and the values they bind."""
@@ -127,7 +127,7 @@ def _column_comparison(node: Comparison) -> Condition:
         return ("TRUE" if value else "FALSE"), []
 
     def stored(item: Any) -> Any:
-        return micros(item) if isinstance(item, datetime) else item
+        return epoch_micros(item) if isinstance(item, datetime) else item
 
     if op in ("$in", "$nin"):
         assert isinstance(value, tuple)

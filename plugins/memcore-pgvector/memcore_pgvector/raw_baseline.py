@@ -20,10 +20,10 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from memcore.records import MemoryRecord
+from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.validation import Matrix
-from memcore_pgvector.schema import Tables, micros
+from memcore_pgvector.schema import Tables
 from memcore_pgvector.store import SEARCH_SETTINGS
 
 
@@ -61,7 +61,7 @@ class RawPsycopg:
                 r.scope.session_id,
                 r.message.role,
                 r.kind,
-                micros(r.created_at),
+                epoch_micros(r.created_at),
                 r.message.content.casefold(),
                 Jsonb(r.metadata),
                 r.model_dump_json(),

@@ -26,7 +26,6 @@ older than 0.8, whose index scans stop at ``ef_search`` candidates).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import psycopg
@@ -38,13 +37,6 @@ from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError
 SCHEMA_VERSION: Final = 1
 DEFAULT_TABLE: Final = "memcore_records"
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def micros(moment: datetime) -> int:
-    """Microseconds since the epoch: exact for every datetime."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def check_table_name(name: str) -> str:

@@ -37,13 +37,13 @@ from memcore.errors import (
     StoreCorruptedError,
 )
 from memcore.filters import Filter, evaluate
-from memcore.records import MemoryRecord, ScoredRecord
+from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.validation import Matrix
 from memcore_pgvector.errors import translated
 from memcore_pgvector.filters import Condition, NeedsExactEvaluation, compile_filter, scope_condition
-from memcore_pgvector.schema import DEFAULT_TABLE, Tables, micros
+from memcore_pgvector.schema import DEFAULT_TABLE, Tables
 
 POOL_SIZE = 8
 """Connections one store keeps at most (threads beyond it wait for one)."""
@@ -178,7 +178,7 @@ class PgvectorStore(BaseStore):
                 record.scope.session_id,
                 record.message.role,
                 record.kind,
-                micros(record.created_at),
+                epoch_micros(record.created_at),
                 record.message.content.casefold().replace("\x00", ""),
                 Jsonb(record.metadata),
                 record.model_dump_json(),
@@ -249,9 +249,9 @@ class PgvectorStore(BaseStore):
     ) -> builtins.list[MemoryRecord]:
         conditions = [scope_condition(scope), self._filter(scope, node)]
         if before is not None:
-            conditions.append(("created_at < %s", [micros(before)]))
+            conditions.append(("created_at < %s", [epoch_micros(before)]))
         if after is not None:
-            conditions.append(("created_at > %s", [micros(after)]))
+            conditions.append(("created_at > %s", [epoch_micros(after)]))
         direction = "DESC" if order == "desc" else "ASC"
         tail = f" ORDER BY created_at {direction}, id {direction}"
         with self._connection("list records") as connection:

@@ -38,7 +38,7 @@ from typing import Literal, TypeAlias
 from uuid import UUID
 
 from memcore.filters import And, Comparison, Filter, Not, Or, Scalar
-from memcore.records import INT64_MAX, INT64_MIN
+from memcore.records import INT64_MAX, INT64_MIN, epoch_micros
 from memcore.scope import Scope
 from memcore_qdrant import payload as fields
 
@@ -229,11 +229,11 @@ def _time_comparison(node: Comparison) -> Condition:
     if op == "$exists":
         return EVERYTHING if node.value else NOTHING
     if op in ("$in", "$nin"):  # the parser makes every value a datetime
-        stamps = tuple(fields.micros(v) for v in _values(node))  # type: ignore[arg-type]
+        stamps = tuple(epoch_micros(v) for v in _values(node))  # type: ignore[arg-type]
         matched = MatchAny(key, stamps) if stamps else NOTHING
         return matched if op == "$in" else negate(matched)
     assert isinstance(node.value, datetime)
-    stamp = fields.micros(node.value)
+    stamp = epoch_micros(node.value)
     if op == "$eq":
         return Match(key, stamp)  # an integer match: exact
     if op == "$ne":

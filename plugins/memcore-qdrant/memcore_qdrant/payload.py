@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from itertools import combinations
 from typing import Any, Final
 
 from memcore.errors import InvalidInputError, StoreCorruptedError
-from memcore.records import MemoryRecord, MetadataValue
+from memcore.records import MemoryRecord, MetadataValue, epoch_micros
 from memcore.scope import SCOPE_FIELDS
 from memcore_qdrant.keywords import SparseVector, distinct_terms, document_vector
 
@@ -52,14 +51,6 @@ TERMS: Final = "terms"
 
 KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND, TERMS)
 """Payload fields that get a keyword index (the scope fields first)."""
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def micros(moment: datetime) -> int:
-    """Microseconds since the epoch: exact for every datetime, and below 2**53 until year 2255."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def metadata_path(group: str, key: str) -> str:
@@ -112,7 +103,7 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
         TERMS: distinct_terms(text),
         ROLE: record.message.role,
         KIND: record.kind,
-        CREATED_AT: micros(record.created_at),
+        CREATED_AT: epoch_micros(record.created_at),
         METADATA_KEYS: sorted(record.metadata),
     }
     payload.update(record.scope.items())
