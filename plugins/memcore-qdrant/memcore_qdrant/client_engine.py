@@ -132,6 +132,10 @@ def render_filter(clause: Clause) -> models.Filter:
     )
 
 
+def _payload(whole: bool) -> bool | list[str]:
+    return True if whole else list(fields.READ_FIELDS)
+
+
 def _vectors(point: Point) -> dict[str, Any]:
     indices, values = fields.keyword_vector(point.payload)
     vectors: dict[str, Any] = {KEYWORD_VECTOR: models.SparseVector(indices=indices, values=values)}
@@ -207,7 +211,7 @@ class ClientEngine:
         lacking = models.Filter(
             must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=fields.TERMS))]
         )
-        for page in self._pages(lacking, with_vectors=False, limit=None):
+        for page in self._pages(lacking, with_vectors=False, limit=None, whole_payload=True):
             if page:
                 self._client.batch_update_points(self._collection, _keyword_updates(page), wait=True)
         self._client.update_collection(self._collection, metadata={KEYWORDS_KEY: True})
@@ -304,6 +308,7 @@ class ClientEngine:
         limit: int | None = None,
         order: Direction | None = None,
         with_vectors: bool = False,
+        whole_payload: bool = False,
     ) -> list[Point]:
         scroll_filter = render_filter(where)
         if order is not None:
@@ -316,14 +321,15 @@ class ClientEngine:
                 scroll_filter=scroll_filter,
                 limit=limit or SCROLL_PAGE,
                 order_by=order_by,
-                with_payload=True,
+                with_payload=_payload(whole_payload),
                 with_vectors=with_vectors,
             )
             return [self._point(r) for r in records]
-        return [point for page in self._pages(scroll_filter, with_vectors, limit) for point in page]
+        pages = self._pages(scroll_filter, with_vectors, limit, whole_payload)
+        return [point for page in pages for point in page]
 
     def _pages(
-        self, scroll_filter: models.Filter, with_vectors: bool, limit: int | None
+        self, scroll_filter: models.Filter, with_vectors: bool, limit: int | None, whole_payload: bool = False
     ) -> Iterator[list[Point]]:
         def fetch(offset: Any, size: int) -> tuple[list[Point], Any]:
             records, next_offset = self._client.scroll(
@@ -331,7 +337,7 @@ class ClientEngine:
                 scroll_filter=scroll_filter,
                 limit=size,
                 offset=offset,
-                with_payload=True,
+                with_payload=_payload(whole_payload),
                 with_vectors=with_vectors,
             )
             return [self._point(r) for r in records], next_offset
@@ -352,7 +358,7 @@ class ClientEngine:
             using=VECTOR_NAME,
             query_filter=render_filter(where),
             limit=limit,
-            with_payload=True,
+            with_payload=list(fields.READ_FIELDS),
         )
         return [Hit(UUID(str(p.id)), p.score, p.payload or {}) for p in response.points]
 
@@ -364,7 +370,7 @@ class ClientEngine:
             using=KEYWORD_VECTOR,
             query_filter=render_filter(where),
             limit=limit,
-            with_payload=True,
+            with_payload=list(fields.READ_FIELDS),
         )
         return [Hit(UUID(str(p.id)), p.score, p.payload or {}) for p in response.points]
 

@@ -104,6 +104,10 @@ def render_filter(clause: Clause) -> edge.Filter:
     )
 
 
+def _payload(whole: bool) -> bool | list[str]:
+    return True if whole else list(fields.READ_FIELDS)
+
+
 def _uuid(point_id: object) -> UUID:
     return point_id if isinstance(point_id, UUID) else UUID(str(point_id))
 
@@ -245,6 +249,7 @@ class EdgeEngine:
         limit: int | None = None,
         order: Direction | None = None,
         with_vectors: bool = False,
+        whole_payload: bool = False,
     ) -> list[Point]:
         query_filter = render_filter(where)
         if order is not None:
@@ -252,20 +257,29 @@ class EdgeEngine:
             request = edge.ScrollRequest(
                 limit=limit,
                 filter=query_filter,
-                with_payload=True,
+                with_payload=_payload(whole_payload),
                 with_vector=with_vectors,
                 order_by=edge.OrderBy(fields.CREATED_AT, direction),
             )
             records, _ = self._shard.scroll(request)
             return [self._point(r) for r in records]
-        return [point for page in self._pages(query_filter, with_vectors, limit) for point in page]
+        pages = self._pages(query_filter, with_vectors, limit, whole_payload)
+        return [point for page in pages for point in page]
 
     def _pages(
-        self, query_filter: edge.Filter, with_vectors: bool, limit: int | None = None
+        self,
+        query_filter: edge.Filter,
+        with_vectors: bool,
+        limit: int | None = None,
+        whole_payload: bool = False,
     ) -> Iterator[list[Point]]:
         def fetch(offset: Any, size: int) -> tuple[list[Point], Any]:
             request = edge.ScrollRequest(
-                offset=offset, limit=size, filter=query_filter, with_payload=True, with_vector=with_vectors
+                offset=offset,
+                limit=size,
+                filter=query_filter,
+                with_payload=_payload(whole_payload),
+                with_vector=with_vectors,
             )
             records, next_offset = self._shard.scroll(request)
             return [self._point(r) for r in records], next_offset
@@ -282,7 +296,7 @@ class EdgeEngine:
             limit=limit,
             query=edge.Query.Nearest(list(vector), using=VECTOR_NAME),
             filter=render_filter(where),
-            with_payload=True,
+            with_payload=list(fields.READ_FIELDS),
             params=edge.SearchParams(exact=True),
         )
         return [Hit(_uuid(p.id), p.score, p.payload or {}) for p in self._shard.query(request)]
@@ -292,7 +306,7 @@ class EdgeEngine:
             limit=limit,
             query=edge.Query.Nearest(edge.SparseVector(*query), using=KEYWORD_VECTOR),
             filter=render_filter(where),
-            with_payload=True,
+            with_payload=list(fields.READ_FIELDS),
         )
         return [Hit(_uuid(p.id), p.score, p.payload or {}) for p in self._shard.query(request)]
 
@@ -332,7 +346,7 @@ class EdgeEngine:
                         VECTOR_NAME, self._dimension, edge.Distance.Cosine
                     )
                 )
-            for page in self._pages(render_filter(Clause()), with_vectors=True):
+            for page in self._pages(render_filter(Clause()), with_vectors=True, whole_payload=True):
                 if page:
                     points = [_edge_point(_with_terms(p)) for p in page]
                     rebuilt.update(edge.UpdateOperation.upsert_points(points))

@@ -116,12 +116,17 @@ class Engine(Protocol):
         limit: int | None = None,
         order: Direction | None = None,
         with_vectors: bool = False,
+        whole_payload: bool = False,
     ) -> list[Point]:
-        """Points matching ``where``: all of them, or the first ``limit`` by ``created_at`` in ``order``."""
+        """Points matching ``where``: all of them, or the first ``limit`` by ``created_at`` in ``order``.
+
+        Their payloads hold :data:`~memcore_qdrant.payload.READ_FIELDS` only, unless ``whole_payload``.
+        """
         ...
 
     def query(self, vector: Sequence[float], where: Clause, limit: int) -> list[Hit]:
-        """The ``limit`` points with a vector most similar to ``vector``, among those matching ``where``."""
+        """The ``limit`` points with a vector most similar to ``vector``, among those matching ``where``
+        (payloads: :data:`~memcore_qdrant.payload.READ_FIELDS`)."""
         ...
 
     def keyword_query(self, query: SparseVector, where: Clause, limit: int) -> list[Hit]:

@@ -49,6 +49,10 @@ TENANT: Final = "tenant"
 SCOPE_KEYS: Final = "scope_keys"
 TERMS: Final = "terms"
 
+READ_FIELDS: Final = (RECORD, CREATED_AT)
+"""What a read asks Qdrant for: turning a whole payload (terms, scope keys, the content again) into
+Python objects made a 50-hit query 26 % slower, only for the record's JSON to be decoded."""
+
 KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND, TERMS)
 """Payload fields that get a keyword index (the scope fields first)."""
 

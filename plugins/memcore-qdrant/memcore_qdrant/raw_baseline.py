@@ -87,7 +87,7 @@ class RawQdrantEdge:
             limit=limit,
             query=edge.Query.Nearest(vector.tolist(), using=VECTOR_NAME),
             filter=_scoped(scope),
-            with_payload=True,
+            with_payload=[fields.RECORD],
             params=edge.SearchParams(exact=True),
         )
         return _parsed(self._open.query(request))
@@ -95,7 +95,7 @@ class RawQdrantEdge:
     def get(self, scope: Scope, ids: Sequence[UUID]) -> list[Any]:
         """A scoped read by id, its records parsed."""
         request = edge.ScrollRequest(
-            limit=len(ids), filter=_scoped(scope, edge.HasIdCondition(set(ids))), with_payload=True
+            limit=len(ids), filter=_scoped(scope, edge.HasIdCondition(set(ids))), with_payload=[fields.RECORD]
         )
         points, _ = self._open.scroll(request)
         return _parsed(points)

@@ -165,7 +165,9 @@ class QdrantStore(BaseStore):
         with self._lock, translated("add records", self.location):
             if vectors is not None:
                 self._ensure_dimension(vectors.shape[1])
-            existing = self._engine.scroll(Clause(must=(HasId(tuple(r.id for r in records)),)))
+            existing = self._engine.scroll(
+                Clause(must=(HasId(tuple(r.id for r in records)),)), whole_payload=True
+            )
             owners = {p.id: fields.scope_tuple(p.payload) for p in existing}
             for record in records:
                 if owners.get(record.id, record.scope.as_tuple()) != record.scope.as_tuple():
