@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.validation import Matrix
+from memcore_pgvector.filters import scope_condition
 from memcore_pgvector.schema import Tables
 from memcore_pgvector.store import SEARCH_SETTINGS
 
@@ -41,10 +42,6 @@ class RawPsycopg:
             self._connection.close()
             raise
         self._dimension: int | None = None
-
-    def _scoped(self, scope: Scope) -> tuple[str, list[Any]]:
-        pairs = scope.items()
-        return " AND ".join(f"{name} = %s" for name, _ in pairs), [value for _, value in pairs]
 
     def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> list[tuple[Any, ...]]:
         """The rows the store would write (the column is typed on the first call)."""
@@ -83,7 +80,7 @@ class RawPsycopg:
 
     def search(self, scope: Scope, vector: Matrix, limit: int) -> list[Any]:
         """The scoped nearest records, through the HNSW index, parsed."""
-        where, values = self._scoped(scope)
+        where, values = scope_condition(scope)
         statement = sql.SQL(
             "SELECT record, embedding <=> %s FROM {} WHERE " + where + " AND embedding IS NOT NULL"
             " ORDER BY embedding <=> %s LIMIT %s"
@@ -93,7 +90,7 @@ class RawPsycopg:
 
     def get(self, scope: Scope, ids: Sequence[UUID]) -> list[Any]:
         """A scoped read by id, parsed."""
-        where, values = self._scoped(scope)
+        where, values = scope_condition(scope)
         statement = sql.SQL("SELECT record FROM {} WHERE " + where + " AND id = ANY(%s)").format(
             self._tables.records
         )
@@ -101,7 +98,7 @@ class RawPsycopg:
 
     def delete(self, scope: Scope, ids: Sequence[UUID]) -> None:
         """A scoped delete by id."""
-        where, values = self._scoped(scope)
+        where, values = scope_condition(scope)
         statement = sql.SQL("DELETE FROM {} WHERE " + where + " AND id = ANY(%s)").format(
             self._tables.records
         )
