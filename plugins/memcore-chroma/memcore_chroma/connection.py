@@ -31,8 +31,7 @@ from chromadb.errors import NotFoundError
 
 from memcore.errors import StoreError
 from memcore.locking import lock_path
-from memcore_chroma import recovery
-from memcore_chroma.erasure import SQLITE_FILE
+from memcore_chroma import erasure, recovery
 from memcore_chroma.errors import translated
 
 LOCK_FILE = "memcore.lock"
@@ -251,7 +250,7 @@ def _open_recovered(path: Path) -> ClientAPI:
     with translated(f"preparing the Chroma store at {path}"):
         if recovery.needs_recovery(path):
             recovery.reset_vector_indexes(path)
-        new = not (path / SQLITE_FILE).exists()
+        new = not (path / erasure.SQLITE_FILE).exists()
         if new:
             close_client(_persistent_client(path))  # creates the SQLite file, whose log setting we change
         whole = new or (path / recovery.LOG_COMPLETE).exists() or recovery.log_never_trimmed(path)
@@ -280,6 +279,9 @@ def _release(path: Path) -> None:
     try:
         with entry.shared.write_lock, entry.shared.access.exclusive():
             close_client(entry.shared.client)
+            # Chroma rewrites small indexes' files on a client's first read, spare slots included
+            # (see memcore_chroma.erasure): zero those again before the folder is left alone.
+            erasure.scrub_vector_indexes(path)
             recovery.unmark(path, recovery.OPEN_MARKER)
     finally:
         os.close(entry.lock_fd)

@@ -6,19 +6,31 @@ collection's index folder behind (#5259). After the store has rebuilt its
 collection without the deleted records, this drops the index folders that no
 segment references any more and compacts the SQLite file, whose free pages
 would otherwise still hold the deleted documents and log entries.
+
+Chroma also writes parts of its HNSW buffers that no element owns: a new index's
+whole initial capacity, and the lengths of slots past the last element, straight
+from ``malloc``. Those bytes are whatever the process freed before, deleted
+records' documents and ids among them (seen in 1 of 8 purges). After the index
+has been rebuilt, :func:`scrub_vector_indexes` zeroes them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
+import struct
 from contextlib import closing
 from pathlib import Path
 
 from memcore.errors import StoreError
 
 SQLITE_FILE = "chroma.sqlite3"
+# hnswlib's header.bin starts: format version, offsetLevel0, capacity, element count, element size, ...
+_HEADER = struct.Struct("<i6Q")
+_HEADER_VERSION = 1
+_LENGTH_SIZE = 4  # one uint32 per slot in length.bin
 _SEGMENT_FOLDER = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -38,3 +50,44 @@ def compact_persist_directory(path: Path) -> None:
                 shutil.rmtree(folder)
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"compacting the Chroma files under {path} failed: {exc}") from None
+
+
+def scrub_vector_indexes(path: Path) -> None:
+    """Zero what Chroma's HNSW files under ``path`` hold past their last element.
+
+    Call it while no client has ``path`` open: Chroma rewrites the files it holds.
+
+    :raises StoreError: if an index's header is not the layout this knows (a newer
+        chromadb): the purge cannot then vouch for those files.
+    """
+    for header in sorted(path.glob("*/header.bin")):
+        try:
+            _scrub_index(header.parent)
+        except OSError as exc:
+            raise StoreError(f"scrubbing the Chroma index in {header.parent} failed: {exc}") from None
+
+
+def _scrub_index(folder: Path) -> None:
+    raw = (folder / "header.bin").read_bytes()
+    if len(raw) < _HEADER.size:
+        raise StoreError(f"the Chroma index header in {folder} is too short to read ({len(raw)} bytes)")
+    version, _, capacity, elements, element_size, *_ = _HEADER.unpack_from(raw)
+    if version != _HEADER_VERSION or elements > capacity or element_size == 0:
+        raise StoreError(
+            f"the Chroma index header in {folder} is not the layout memcore knows (version {version}, "
+            f"{elements} of {capacity} elements of {element_size} bytes): cannot clear its spare slots"
+        )
+    _zero_from(folder / "data_level0.bin", elements * element_size)
+    _zero_from(folder / "length.bin", elements * _LENGTH_SIZE)
+
+
+def _zero_from(file: Path, offset: int) -> None:
+    """Overwrite ``file`` with zeros from ``offset`` to its end, durably."""
+    size = file.stat().st_size
+    if size <= offset:
+        return
+    with open(file, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(bytes(size - offset))
+        handle.flush()
+        os.fsync(handle.fileno())

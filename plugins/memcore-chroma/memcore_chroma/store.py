@@ -532,9 +532,10 @@ class ChromaStoreBase(BaseStore):
     def purge(self) -> None:
         """Physically erase deleted records: rebuild the collection without them.
 
-        Embedded stores then drop the index folders Chroma leaves behind and
-        compact its SQLite file (``VACUUM``), with Chroma's client closed
-        meanwhile: other threads' calls wait until it is reopened.
+        Embedded stores then drop the index folders Chroma leaves behind,
+        compact its SQLite file (``VACUUM``), rebuild the vector indexes from the
+        purged log and zero the spare slots of their files, with Chroma's client
+        closed meanwhile: other threads' calls wait until it is reopened.
         """
         self._check_open()
         with self._connection.write_lock:
@@ -544,6 +545,15 @@ class ChromaStoreBase(BaseStore):
             if path is not None:
                 with self._connection.exclusive():
                     self._connection.restart(lambda: _compact_and_reindex(path))
+                    self._rebuild_vector_indexes()
+                    self._connection.restart(lambda: erasure.scrub_vector_indexes(path))
+
+    def _rebuild_vector_indexes(self) -> None:
+        """Have Chroma build every collection's vector index from its log now, so that the
+        files exist to be scrubbed (Chroma makes them at a collection's first read)."""
+        with translated("rebuilding the vector indexes"):
+            for collection in self._connection.client.list_collections():
+                collection.count()
 
     def _close(self) -> None:
         self._connection.release()
