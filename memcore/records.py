@@ -127,6 +127,19 @@ def _check_metadata_value(key: str, value: MetadataValue) -> None:
         raise ValueError(f"metadata {key!r}: lists may hold strings only")
 
 
+def is_metadata_entry(key: object, value: object) -> bool:
+    """Whether ``key: value`` may be stored as is in :attr:`MemoryRecord.metadata`."""
+    if not isinstance(key, str) or not METADATA_KEY.fullmatch(key):
+        return False
+    if not isinstance(value, (bool, str, int, float, list)):
+        return False
+    try:
+        _check_metadata_value(key, value)
+    except ValueError:
+        return False
+    return True
+
+
 class MemoryRecord(MemcoreModel):
     """One stored message and everything needed to find it again.
 

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
@@ -47,6 +49,11 @@ def test_memories_code_runs(tmp_path: Path) -> None:
     exec(compile(code, "README memories", "exec"), namespace)
     assert namespace["tokens"] <= 2_000
     assert namespace["memory"].store.count(namespace["session"]) == 1
+
+
+def test_langchain_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    exec(compile(_python_block("## Integrations"), "README integrations", "exec"), {})
+    assert "Document(id='1'" in capsys.readouterr().out
 
 
 def test_make_demo_runs_memcore_demo() -> None:

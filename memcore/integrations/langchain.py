@@ -1,0 +1,282 @@
+"""A LangChain ``VectorStore`` over any memcore store, bound to one scope (``memcore[langchain]``).
+
+    from memcore import open_store
+    from memcore.integrations.langchain import MemcoreVectorStore
+    from memcore.scope import Scope
+
+    store = open_store("qdrant:///var/lib/agent")
+    docs = MemcoreVectorStore(store, Scope(tenant="acme", user_id="u1"), embeddings)
+    docs.add_documents([Document("Kyoto in October", metadata={"source": "notes"})], ids=["1"])
+    docs.as_retriever(search_kwargs={"k": 3, "filter": {"source": "notes"}}).invoke("trip")
+
+Every read and delete goes through the bound scope, so two vector stores on two
+scopes of one memcore store never see or delete each other's documents.
+
+Documents are records of kind ``document`` (:data:`DOCUMENT_KIND`); other records
+of the scope (an agent's turns) are never returned or deleted. LangChain ids are
+strings of any shape (``"1"``); a record id is a UUID, global across scopes (and
+Qdrant takes nothing else), so each document id maps to the UUID
+:func:`record_id` derives from the scope and the id, and the original id is kept
+in the record (metadata ``lc_id``). Metadata entries memcore can store as is (see
+:func:`memcore.records.is_metadata_entry`) stay filterable; the others (nested
+values, ``None``, keys that are not identifiers) are kept as JSON under ``lc_extra``
+and come back unchanged, but cannot be filtered on. Metadata keys starting with
+``lc_`` are reserved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+from uuid import UUID, uuid4, uuid5
+
+try:
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.vectorstores import VectorStore
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "memcore.integrations.langchain needs langchain-core: pip install 'memcore[langchain]'"
+    ) from exc
+
+from memcore.errors import InvalidInputError
+from memcore.filters import FilterSpec
+from memcore.plugins import open_store
+from memcore.records import MemoryRecord, Message, MetadataValue, is_metadata_entry
+from memcore.scope import Scope
+from memcore.store import Store, VectorSpace
+from memcore.validation import check_scope
+
+DOCUMENT_KIND = "document"
+"""The ``kind`` of the records that hold LangChain documents."""
+
+RESERVED_PREFIX = "lc_"
+ID_KEY = "lc_id"
+EXTRA_KEY = "lc_extra"
+_ID_NAMESPACE = UUID("6c1d9a0e-2f4b-5b8e-9a57-3c0f1e7d2b61")
+_OPERATORS_WITH_SUBFILTERS = ("$and", "$or")
+
+
+def record_id(scope: Scope, document_id: str) -> UUID:
+    """The memcore record id of the LangChain document ``document_id`` within ``scope``.
+
+    Deterministic, so that adding a document id again replaces the record; derived
+    from the scope too, so that one document id in two scopes names two records.
+    """
+    return uuid5(_ID_NAMESPACE, f"{scope.digest()}/{document_id}")
+
+
+class MemcoreVectorStore(VectorStore):
+    """A LangChain vector store whose documents live in ``store`` within ``scope``.
+
+    :param store: any memcore store (``open_store(url)``); it is not closed by this object.
+    :param scope: every read, write and delete is limited to it.
+    :param embedding: embeds documents and queries. The store is bound to it by
+        ``embedder_name`` (on the first write or search): a store whose vectors come
+        from another embedder is refused with ``EmbedderMismatchError``.
+    :param embedder_name: the name the store is bound to; by default the class of
+        ``embedding`` and its ``model`` or ``model_name`` attribute when it has one.
+    """
+
+    supported_filter_operators: ClassVar[str] = "$eq $ne $gt $gte $lt $lte $in $nin $exists $and $or $not"
+
+    def __init__(
+        self, store: Store, scope: Scope, embedding: Embeddings, *, embedder_name: str | None = None
+    ) -> None:
+        self.store = store
+        self.scope = check_scope(scope)
+        self._embedding = embedding
+        self._embedder_name = embedder_name or _embedder_name(embedding)
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embeddings the documents and queries are embedded with."""
+        return self._embedding
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def add_documents(
+        self, documents: list[Document], ids: list[str] | None = None, **kwargs: Any
+    ) -> list[str]:
+        """Embed and store ``documents``; a document id already stored in the scope is replaced.
+
+        :param ids: one id per document; otherwise each document's own ``id``, or a new UUID.
+        :returns: the documents' ids.
+        """
+        _refuse_options(kwargs)
+        if ids is not None and len(ids) != len(documents):
+            raise InvalidInputError(f"{len(ids)} ids for {len(documents)} documents")
+        given: list[str | None] = list(ids) if ids is not None else [None] * len(documents)
+        document_ids = [
+            _check_id(i) if i is not None else doc.id or str(uuid4())
+            for i, doc in zip(given, documents, strict=True)
+        ]
+        if not documents:
+            return []
+        # The last of repeated ids wins, as with writing them one by one.
+        latest = {document_id: doc for document_id, doc in zip(document_ids, documents, strict=True)}
+        vectors = self._embedding.embed_documents([doc.page_content for doc in latest.values()])
+        self._bind(len(vectors[0]))
+        records = [self._record(document_id, doc) for document_id, doc in latest.items()]
+        self.store.add(records, vectors)
+        return document_ids
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """Delete these documents of the scope (missing ids are ignored), or with ``None`` all of them.
+
+        Other records of the scope (an agent's turns) are never deleted.
+        """
+        _refuse_options(kwargs)
+        if ids is None:
+            self.store.delete_where(self.scope, {"kind": DOCUMENT_KIND})
+        else:
+            self.store.delete(self.scope, [record_id(self.scope, _check_id(i)) for i in ids])
+        return True
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """The documents of the scope with these ids, in the order given; missing ids are skipped."""
+        records = self.store.get(self.scope, [record_id(self.scope, _check_id(i)) for i in ids])
+        return [_document(r) for r in records if r.kind == DOCUMENT_KIND]
+
+    def similarity_search(
+        self, query: str, k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """The ``k`` documents most similar to ``query``, best first.
+
+        :param filter: a memcore filter over the documents' metadata keys, such as
+            ``{"source": "notes"}`` or ``{"$or": [{"page": {"$gt": 3}}, {"draft": False}]}``.
+        """
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter=filter, **kwargs)]
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` best documents with their cosine similarity to ``query`` (in [-1, 1])."""
+        _refuse_options(kwargs)
+        return self._search(self._embedding.embed_query(query), k, filter)
+
+    def similarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """The ``k`` documents most similar to ``embedding``, best first."""
+        _refuse_options(kwargs)
+        return [doc for doc, _ in self._search(embedding, k, filter)]
+
+    def _select_relevance_score_fn(self) -> Any:
+        # memcore scores are cosine similarities in [-1, 1]; LangChain's relevance is in [0, 1].
+        return _relevance
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[Any, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        store: Store | str = "memory://",
+        scope: Scope | None = None,
+        **kwargs: Any,
+    ) -> MemcoreVectorStore:
+        """A vector store on ``store`` (a store or a URL, opened here: close ``.store`` when done)
+        within ``scope`` (required), holding ``texts``."""
+        _refuse_options(kwargs)
+        if scope is None:
+            raise InvalidInputError("from_texts needs scope=: every memcore read and write is scoped")
+        opened = open_store(store) if isinstance(store, str) else store
+        vector_store = cls(opened, scope, embedding)
+        vector_store.add_texts(texts, metadatas, ids=ids)
+        return vector_store
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _bind(self, dimension: int) -> None:
+        self.store.bind_vector_space(VectorSpace(self._embedder_name, dimension))
+
+    def _search(self, vector: list[float], k: int, filter: FilterSpec | None) -> list[tuple[Document, float]]:
+        self._bind(len(vector))
+        conditions: list[FilterSpec] = [{"kind": DOCUMENT_KIND}]
+        if filter:
+            conditions.append(_metadata_filter(filter))
+        hits = self.store.search(self.scope, vector=vector, filter={"$and": conditions}, limit=k)
+        return [(_document(hit.record), hit.score) for hit in hits]
+
+    def _record(self, document_id: str, document: Document) -> MemoryRecord:
+        metadata: dict[str, MetadataValue] = {}
+        extra: dict[str, Any] = {}
+        for key, value in document.metadata.items():
+            if is_metadata_entry(key, value) and not str(key).startswith(RESERVED_PREFIX):
+                metadata[key] = value
+            else:
+                extra[key] = value
+        if extra:
+            try:
+                metadata[EXTRA_KEY] = json.dumps(extra)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"metadata of document {document_id!r} is not JSON: {exc}") from None
+        metadata[ID_KEY] = document_id
+        return MemoryRecord(
+            id=record_id(self.scope, document_id),
+            scope=self.scope,
+            message=Message(role="user", content=document.page_content),
+            metadata=metadata,
+            kind=DOCUMENT_KIND,
+        )
+
+
+def _document(record: MemoryRecord) -> Document:
+    metadata: dict[str, Any] = {k: v for k, v in record.metadata.items() if not k.startswith(RESERVED_PREFIX)}
+    extra = record.metadata.get(EXTRA_KEY)
+    if isinstance(extra, str):
+        metadata.update(json.loads(extra))
+    document_id = record.metadata.get(ID_KEY)
+    return Document(
+        page_content=record.message.content,
+        metadata=metadata,
+        id=document_id if isinstance(document_id, str) else str(record.id),
+    )
+
+
+def _metadata_filter(spec: FilterSpec) -> FilterSpec:
+    """A filter over document metadata keys as a memcore filter over ``metadata.<key>``."""
+    if not isinstance(spec, dict):
+        raise InvalidInputError(f"a filter is a dict, got {type(spec).__name__}")
+    translated: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key in _OPERATORS_WITH_SUBFILTERS and isinstance(value, list):
+            translated[key] = [_metadata_filter(part) for part in value]
+        elif key == "$not":
+            translated[key] = _metadata_filter(value)
+        elif key.startswith("$"):
+            translated[key] = value  # memcore's parser names what it does not know
+        else:
+            translated[f"metadata.{key}"] = value
+    return translated
+
+
+def _relevance(score: float) -> float:
+    return (score + 1.0) / 2.0
+
+
+def _embedder_name(embedding: Embeddings) -> str:
+    kind = type(embedding)
+    model = getattr(embedding, "model", None) or getattr(embedding, "model_name", None)
+    name = f"langchain:{kind.__module__}.{kind.__qualname__}"
+    return f"{name}:{model}" if isinstance(model, str) else name
+
+
+def _check_id(document_id: object) -> str:
+    if not isinstance(document_id, str) or not document_id:
+        raise InvalidInputError(f"a document id is a non-empty string, got {document_id!r}")
+    return document_id
+
+
+def _refuse_options(options: dict[str, Any]) -> None:
+    if options:
+        raise InvalidInputError(f"unsupported arguments: {', '.join(sorted(options))}")
+
+
+__all__ = ["DOCUMENT_KIND", "MemcoreVectorStore", "record_id"]

@@ -1,0 +1,159 @@
+"""The LangChain adapter: LangChain's own standard vector-store tests, and memcore's scoping on top."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_tests.integration_tests import VectorStoreIntegrationTests
+
+from memcore import open_store
+from memcore.embedders.hashing import HashEmbedder
+from memcore.errors import EmbedderMismatchError, FilterError, InvalidInputError
+from memcore.integrations.langchain import MemcoreVectorStore, record_id
+from memcore.memories import LongtermMemory
+from memcore.records import Message
+from memcore.scope import Scope
+from memcore.store import Store, VectorSpace
+
+SCOPE = Scope(tenant="acme", user_id="u1")
+
+
+class TestOnMemoryStore(VectorStoreIntegrationTests):
+    @pytest.fixture()
+    def vectorstore(self) -> Iterator[MemcoreVectorStore]:
+        with open_store("memory://") as store:
+            yield MemcoreVectorStore(store, SCOPE, self.get_embeddings())
+
+
+class TestOnJsonlStore(VectorStoreIntegrationTests):
+    @pytest.fixture()
+    def vectorstore(self, tmp_path: Path) -> Iterator[MemcoreVectorStore]:
+        with open_store(f"jsonl://{tmp_path}") as store:
+            yield MemcoreVectorStore(store, SCOPE, self.get_embeddings())
+
+
+@pytest.fixture()
+def store() -> Iterator[Store]:
+    with open_store("memory://") as opened:
+        yield opened
+
+
+def _docs(store: Store, scope: Scope) -> MemcoreVectorStore:
+    return MemcoreVectorStore(store, scope, DeterministicFakeEmbedding(size=6))
+
+
+def test_two_scopes_with_the_same_ids_never_see_or_delete_each_others_documents(store: Store) -> None:
+    alice, bob = (
+        _docs(store, Scope(tenant="acme", user_id="alice")),
+        _docs(store, Scope(tenant="acme", user_id="bob")),
+    )
+    alice.add_documents([Document("alice's secret"), Document("alice's plan")], ids=["1", "2"])
+    bob.add_documents([Document("bob's note")], ids=["1"])
+    assert record_id(alice.scope, "1") != record_id(bob.scope, "1")
+    assert [d.page_content for d in bob.similarity_search("alice's secret", k=5)] == ["bob's note"]
+    assert [d.page_content for d in bob.get_by_ids(["1", "2"])] == ["bob's note"]
+    bob.delete(["1", "2"])
+    bob.delete()
+    assert sorted(d.page_content for d in alice.get_by_ids(["1", "2"])) == ["alice's plan", "alice's secret"]
+    assert bob.similarity_search("note", k=5) == []
+
+
+def test_the_agents_turns_in_the_scope_are_neither_returned_nor_deleted(store: Store) -> None:
+    memory = LongtermMemory(store, HashEmbedder(dim=6), SCOPE)
+    memory.write([Message(role="user", content="a turn, not a document")])
+    docs = MemcoreVectorStore(
+        store, SCOPE, DeterministicFakeEmbedding(size=6), embedder_name=HashEmbedder(dim=6).name
+    )
+    docs.add_documents([Document("a document")], ids=["d"])
+    assert [d.page_content for d in docs.similarity_search("a turn, not a document", k=5)] == ["a document"]
+    docs.delete()
+    assert docs.get_by_ids(["d"]) == []
+    assert [r.message.content for r in store.list(SCOPE)] == ["a turn, not a document"]
+
+
+def test_metadata_round_trips_and_flat_entries_filter(store: Store) -> None:
+    docs = _docs(store, SCOPE)
+    nested = {
+        "source": "notes",
+        "page": 3,
+        "tags": ["a", "b"],
+        "author": {"name": "Ann"},
+        "draft": None,
+        "a.b": 1,
+    }
+    docs.add_documents([Document("kyoto trip", metadata=nested), Document("other", metadata={"page": 9})])
+    (found,) = docs.similarity_search("kyoto trip", k=1, filter={"source": "notes"})
+    assert found.metadata == nested
+    assert [d.page_content for d in docs.similarity_search("x", k=5, filter={"page": {"$gt": 5}})] == [
+        "other"
+    ]
+    either = {"$or": [{"page": 3}, {"$not": {"page": {"$lt": 5}}}]}
+    assert len(docs.similarity_search("x", k=5, filter=either)) == 2
+    with pytest.raises(FilterError):
+        docs.similarity_search("x", filter={"page": {"$regex": "."}})
+
+
+def test_a_document_id_can_be_any_string_and_is_kept(tmp_path: Path) -> None:
+    ids = ["1", "doc/with/slashes", "ünïcode", "0b5e5b7e-8c2f-4d9b-b6a8-6c3b1f0d9a11"]
+    with open_store(f"jsonl://{tmp_path}") as store:
+        _docs(store, SCOPE).add_documents([Document(f"text {i}") for i in ids], ids=ids)
+    with open_store(f"jsonl://{tmp_path}") as reopened:
+        assert [d.id for d in _docs(reopened, SCOPE).get_by_ids(ids)] == ids
+
+
+def test_retriever_and_relevance_scores(store: Store) -> None:
+    docs = _docs(store, SCOPE)
+    docs.add_texts(
+        ["kyoto in october", "a marathon in june", "pasta recipe"], metadatas=[{"n": i} for i in range(3)]
+    )
+    retriever = docs.as_retriever(search_kwargs={"k": 1})
+    assert [d.page_content for d in retriever.invoke("pasta recipe")] == ["pasta recipe"]
+    scored = docs.similarity_search_with_relevance_scores("pasta recipe", k=3)
+    assert scored[0][0].page_content == "pasta recipe" and scored[0][1] == pytest.approx(1.0)
+    assert all(0.0 <= score <= 1.0 for _, score in scored)
+    threshold = docs.as_retriever(
+        search_type="similarity_score_threshold", search_kwargs={"score_threshold": 0.99}
+    )
+    assert [d.page_content for d in threshold.invoke("pasta recipe")] == ["pasta recipe"]
+
+
+def test_from_texts_needs_a_scope_and_opens_a_url() -> None:
+    embedding = DeterministicFakeEmbedding(size=6)
+    with pytest.raises(InvalidInputError, match="scope"):
+        MemcoreVectorStore.from_texts(["a"], embedding)
+    docs = MemcoreVectorStore.from_texts(
+        ["a", "b"], embedding, ids=["x", "y"], store="memory://", scope=SCOPE
+    )
+    try:
+        assert [d.id for d in docs.similarity_search("b", k=1)] == ["y"]
+    finally:
+        docs.store.close()
+
+
+def test_a_store_of_another_embedder_is_refused(store: Store) -> None:
+    store.bind_vector_space(VectorSpace("minilm", 6))
+    with pytest.raises(EmbedderMismatchError):
+        _docs(store, SCOPE).add_documents([Document("a")])
+
+
+def test_bad_arguments_are_typed_errors(store: Store) -> None:
+    docs = _docs(store, SCOPE)
+    with pytest.raises(InvalidInputError, match="2 ids for 1 documents"):
+        docs.add_documents([Document("a")], ids=["1", "2"])
+    with pytest.raises(InvalidInputError, match="non-empty string"):
+        docs.add_documents([Document("a")], ids=[""])
+    with pytest.raises(InvalidInputError, match="unsupported arguments: fetch_k"):
+        docs.similarity_search("a", fetch_k=3)
+    with pytest.raises(InvalidInputError, match="not JSON"):
+        docs.add_documents([Document("a", metadata={"when": object()})])
+    assert store.count(SCOPE) == 0
+
+
+def test_repeated_ids_in_one_batch_keep_the_last(store: Store) -> None:
+    docs = _docs(store, SCOPE)
+    assert docs.add_documents([Document("first"), Document("second")], ids=["1", "1"]) == ["1", "1"]
+    assert [d.page_content for d in docs.get_by_ids(["1"])] == ["second"]
