@@ -99,6 +99,10 @@ class Store(Protocol):
         """The records with these ids that ``scope`` can see, in the order asked."""
         ...
 
+    def vectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
+        """The unit vectors of the records with these ids that ``scope`` can see and that have one."""
+        ...
+
     def list(
         self,
         scope: Scope,
@@ -230,6 +234,15 @@ class BaseStore(ABC):
         wanted = list(dict.fromkeys(check_ids(ids)))
         found = {record.id: record for record in self._get(check_scope(scope), wanted)} if wanted else {}
         return [found[record_id] for record_id in wanted if record_id in found]
+
+    def vectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
+        """The vectors of the records with these ids that ``scope`` can see, as the store keeps
+        them: unit length, float32, one row each. Records without a vector, in another scope
+        or absent are left out. For export and migration, and for re-ranking by vector.
+        """
+        self._check_open()
+        wanted = list(dict.fromkeys(check_ids(ids)))
+        return self._vectors(check_scope(scope), wanted) if wanted else {}
 
     def list(
         self,
@@ -422,6 +435,9 @@ class BaseStore(ABC):
 
     @abstractmethod
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]: ...
+
+    @abstractmethod
+    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]: ...
 
     @abstractmethod
     def _list(

@@ -436,6 +436,11 @@ class JsonlStore(BaseStore):
             self._check_open()
             return self._index.get(scope, ids)
 
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+        with self._lock:
+            self._check_open()
+            return self._index.vectors(scope, ids)
+
     def _list(
         self,
         scope: Scope,

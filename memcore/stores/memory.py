@@ -55,6 +55,10 @@ class MemoryStore(BaseStore):
         with self._lock:
             return self._index.get(scope, ids)
 
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+        with self._lock:
+            return self._index.vectors(scope, ids)
+
     def _list(
         self,
         scope: Scope,

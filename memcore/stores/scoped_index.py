@@ -154,6 +154,17 @@ class ScopedIndex:
                 found.append(partition.records[partition.positions[record_id]])
         return found
 
+    def vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+        found = {}
+        for record_id in ids:
+            record_scope = self._scope_of.get(record_id)
+            if record_scope is not None and scope.matches(record_scope):
+                partition = self._partitions[_owner_key(record_scope)]
+                row = partition.positions[record_id]
+                if partition.has_vector[row]:
+                    found[record_id] = partition.vectors[row].copy()
+        return found
+
     @staticmethod
     def _row_masks(
         selection: Selection, node: Filter | None

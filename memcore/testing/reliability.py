@@ -144,6 +144,7 @@ def _leaks(store: Store, reader: Scope, node: Any, spec: dict[str, Any], records
         ({r.id for r in store.list(reader, filter=spec, after=middle)}, wanted),
         ({r.id for r in store.list(reader, before=middle, limit=5)}, visible),
         ({r.id for r in store.get(reader, every)}, visible),
+        (set(store.vectors(reader, every)), visible),
         ({h.record.id for h in store.search(reader, vector=query, limit=50)}, visible),
         ({h.record.id for h in store.search(reader, vector=query, filter=spec, limit=50)}, wanted),
         ({h.record.id for h in store.search(reader, keywords="shared words", limit=50)}, visible),
@@ -316,7 +317,7 @@ def _readable(
 ) -> int:
     gone = {v.id for v in victims}
     rows = {r.id: i for i, r in enumerate(written)}
-    found = len(store.get(scope, list(gone)))
+    found = len(store.get(scope, list(gone))) + len(store.vectors(scope, list(gone)))
     found += sum(r.id in gone for r in store.list(scope))
     for victim in victims[:20]:
         hits = store.search(scope, vector=vectors[rows[victim.id]], limit=5)

@@ -49,6 +49,7 @@ class ScopeIsolationTests(StoreFixtures):
         mine_ids = set(ids(my_records))
         assert set(ids(store.list(mine))) == mine_ids
         assert store.get(mine, ids(their_records)) == []
+        assert store.vectors(mine, ids(their_records)) == {}
         assert store.count(mine) == 5
         assert store.count(mine, filter={"metadata.k": {"$gte": 0}}) == 5
         hits = store.search(mine, vector=random_vectors(1, seed=1)[0], limit=10)
@@ -208,6 +209,7 @@ class ClosedStoreTests(StoreFixtures):
         calls: list[Callable[[], object]] = [
             lambda: store.add([make_record(scope)]),
             lambda: store.get(scope, [record.id]),
+            lambda: store.vectors(scope, [record.id]),
             lambda: store.list(scope),
             lambda: store.search(scope, vector=random_vectors(1)[0]),
             lambda: store.count(scope),

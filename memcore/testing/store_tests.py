@@ -143,6 +143,30 @@ class GetTests(StoreFixtures):
     def test_get_of_nothing(self, store: Store) -> None:
         assert store.get(new_scope(), []) == []
 
+    def test_vectors_read_back_unit_length_within_the_scope(self, store: Store) -> None:
+        scope, other = new_scope(user_id="u"), new_scope()
+        records = [make_record(scope, str(i)) for i in range(3)]
+        vectors = random_vectors(3, seed=11) * 7.0
+        store.add(records, vectors)
+        plain, outsider = make_record(scope, "no vector"), make_record(other, "other")
+        store.add([plain])
+        store.add([outsider], random_vectors(1, seed=12))
+        wanted: list[UUID | str] = [str(records[2].id), records[0].id, plain.id, outsider.id, records[1].id]
+        found = store.vectors(scope, wanted)
+        assert set(found) == {records[0].id, records[1].id, records[2].id}
+        for row, record in enumerate(records):
+            assert found[record.id].dtype == np.float32
+            unit = vectors[row] / np.linalg.norm(vectors[row])
+            assert np.allclose(found[record.id], unit, atol=1e-5)
+        assert store.vectors(Scope(tenant=scope.tenant, user_id="someone-else"), [records[0].id]) == {}
+        assert set(store.vectors(Scope.everything(), [outsider.id, records[0].id])) == {
+            outsider.id,
+            records[0].id,
+        }
+        store.delete(scope, [records[0].id])
+        assert set(store.vectors(scope, [records[0].id, records[1].id])) == {records[1].id}
+        assert store.vectors(scope, []) == {}
+
 
 class ListTests(StoreFixtures):
     """``list``: time order, limits, time bounds."""
@@ -377,6 +401,8 @@ class PersistenceTests(StoreFixtures):
             assert [r.id for r in reopened.list(scope)] == [r.id for r in records if r is not records[4]]
             after = [(h.record.id, round(h.score, 5)) for h in reopened.search(scope, vector=query, limit=5)]
             assert after == before
+            unit = vectors[7] / np.linalg.norm(vectors[7])
+            assert np.allclose(reopened.vectors(scope, [records[7].id])[records[7].id], unit, atol=1e-5)
         finally:
             reopened.close()
 

@@ -340,6 +340,20 @@ class ChromaStoreBase(BaseStore):
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         return self._candidates(all_of(scope_clauses(scope)), [str(record_id) for record_id in ids])
 
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+        where = all_of(scope_clauses(scope))
+        found = self._call(
+            "reading vectors",
+            lambda c: c.get(ids=[str(i) for i in ids], where=where, include=["embeddings", "metadatas"]),
+        )
+        embeddings = found["embeddings"] if found["embeddings"] is not None else []
+        rows = zip(found["ids"], embeddings, found["metadatas"] or [], strict=True)
+        return {
+            UUID(record_id): np.asarray(vector, dtype=np.float32)
+            for record_id, vector, meta in rows
+            if meta.get(VECTOR_KEY) is True  # records without a vector hold a stand-in
+        }
+
     def _count(self, scope: Scope, node: Filter | None) -> int:
         return len(self._matching_ids(scope, node)[0])
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from uuid import UUID
 
+import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
@@ -237,6 +238,13 @@ class PgvectorStore(BaseStore):
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
         with self._connection("get records") as connection:
             return self._select(connection, _where(scope_condition(scope), ("id = ANY(%s)", [ids])))
+
+    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]:
+        text, values = _where(scope_condition(scope), ("id = ANY(%s)", [ids]), ("embedding IS NOT NULL", []))
+        query = sql.SQL("SELECT id, embedding FROM {} WHERE " + text).format(self._tables.records)
+        with self._connection("read vectors") as connection:
+            rows = connection.execute(query, values).fetchall()
+        return {row[0]: row[1].to_numpy().astype(np.float32) for row in rows}
 
     def _list(
         self,

@@ -21,6 +21,8 @@ from typing import ClassVar, Self
 from urllib.parse import urlsplit
 from uuid import UUID
 
+import numpy as np
+
 from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError
 from memcore.filters import Filter, evaluate
 from memcore.keywords import idf, terms
@@ -185,6 +187,11 @@ class QdrantStore(BaseStore):
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
         with self._lock, translated("get records", self.location):
             return _records(self._engine.scroll(scoped(scope, HasId(tuple(ids)))))
+
+    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]:
+        with self._lock, translated("read vectors", self.location):
+            points = self._engine.scroll(scoped(scope, HasId(tuple(ids))), with_vectors=True)
+        return {p.id: np.asarray(p.vector, dtype=np.float32) for p in points if p.vector is not None}
 
     def _list(
         self,

@@ -40,7 +40,7 @@ class ExampleStore(BaseStore):
         super().__init__()
         self._lock = threading.RLock()
         self._records: dict[UUID, MemoryRecord] = {}
-        self._vectors: dict[UUID, npt.NDArray[np.float32]] = {}
+        self._vector_of: dict[UUID, npt.NDArray[np.float32]] = {}
         self._dimension: int | None = None
 
     @classmethod
@@ -77,14 +77,23 @@ class ExampleStore(BaseStore):
             for row, record in enumerate(records):
                 self._records[record.id] = record
                 if vectors is None:
-                    self._vectors.pop(record.id, None)
+                    self._vector_of.pop(record.id, None)
                 else:
-                    self._vectors[record.id] = vectors[row].copy()
+                    self._vector_of[record.id] = vectors[row].copy()
 
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         with self._lock:
             found = (self._records.get(record_id) for record_id in ids)
             return [r for r in found if r is not None and scope.matches(r.scope)]
+
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+        with self._lock:
+            visible = (r.id for r in self._get(scope, ids))
+            return {
+                record_id: self._vector_of[record_id].copy()
+                for record_id in visible
+                if record_id in self._vector_of
+            }
 
     def _list(
         self,
@@ -114,10 +123,10 @@ class ExampleStore(BaseStore):
             if query is None:
                 candidates.sort(key=_order_key, reverse=True)
                 return [ScoredRecord(record=r, score=1.0) for r in candidates[:limit]]
-            candidates = sorted((r for r in candidates if r.id in self._vectors), key=_order_key)
+            candidates = sorted((r for r in candidates if r.id in self._vector_of), key=_order_key)
             if not candidates:
                 return []
-            matrix = np.stack([self._vectors[r.id] for r in candidates])
+            matrix = np.stack([self._vector_of[r.id] for r in candidates])
         scores = np.clip(matrix.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
         best = np.argsort(-scores, kind="stable")[:limit]
         return [ScoredRecord(record=candidates[i], score=float(scores[i])) for i in best]
@@ -137,10 +146,10 @@ class ExampleStore(BaseStore):
     def _remove(self, records: list[MemoryRecord]) -> int:
         for record in records:
             del self._records[record.id]
-            self._vectors.pop(record.id, None)
+            self._vector_of.pop(record.id, None)
         return len(records)
 
     def _close(self) -> None:
         with self._lock:
             self._records.clear()
-            self._vectors.clear()
+            self._vector_of.clear()
