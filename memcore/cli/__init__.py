@@ -3,8 +3,8 @@
 Each command lives in its own module of this package, which provides
 ``add_parser(subparsers)``: it adds the command's parser and sets ``run`` (a
 function taking the parsed arguments and returning the exit status) as the
-parser's default. Adding a command means adding a module and listing it in
-:data:`COMMANDS`.
+parser's default (a module may add a few related commands, as :mod:`~memcore.cli.transfer`
+does). Adding a command means adding a module and listing it in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from memcore.cli import bench, demo, plugins
+from memcore.cli import bench, demo, plugins, transfer
 from memcore.errors import MemcoreError
 
-COMMANDS = (bench, demo, plugins)
+COMMANDS = (bench, demo, plugins, transfer)
 """The command modules, in the order ``memcore --help`` lists them."""
 
 

@@ -1,0 +1,300 @@
+"""Moving memories between stores: export to JSON lines, import from them, migrate directly.
+
+An export is a JSON-lines stream: a header line, then one line per record::
+
+    {"format": "memcore-export/1", "scope": {...} | null, "vector_space": {...} | null}
+    {"record": {...MemoryRecord JSON...}, "vector": "<base64 of little-endian float32>" | null}
+
+Vectors are written as the source store keeps them (unit length), bit for bit. An
+import writes them as they are, unless an embedder is given that is not the one the
+export's vectors come from: then every record is embedded again with it (its text, as
+memories embed it). :func:`migrate` does both without a file and then reads every
+record back from the destination to check it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import IO, Any
+
+import numpy as np
+
+from memcore.blocks import embedding_text
+from memcore.embedders.base import Embedder
+from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreError
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+from memcore.store import Store, VectorSpace
+from memcore.validation import Matrix, check_scope
+
+FORMAT = "memcore-export/1"
+BATCH = 500
+"""Records read or written per store call."""
+
+Entry = tuple[MemoryRecord, Matrix | None]
+"""A record and its stored vector (``None`` for a record without one)."""
+
+Progress = Callable[[int, int], None]
+"""Called as ``progress(done, total)`` after each batch."""
+
+
+def _no_progress(done: int, total: int) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an import or migration wrote."""
+
+    records: int
+    with_vectors: int
+    embedded_again: bool
+
+
+def entries(store: Store, scope: Scope, batch: int = BATCH) -> Iterator[Entry]:
+    """Every record ``scope`` sees in ``store`` with its vector, oldest first, ``batch`` per read.
+
+    Pages by ``(created_at, id)``, the order of ``list``, so records that share a
+    timestamp are neither skipped nor repeated between pages.
+    """
+    scope = check_scope(scope)
+    cursor: tuple[Any, str] | None = None
+    size = batch
+    while True:
+        after = None if cursor is None else cursor[0] - timedelta(microseconds=1)
+        page = store.list(scope, order="asc", limit=size, after=after)
+        fresh = [r for r in page if cursor is None or (r.created_at, str(r.id)) > cursor]
+        if not fresh:
+            if len(page) < size:
+                return
+            size *= 2  # a whole page of records sharing the cursor's timestamp, all seen already
+            continue
+        vectors = store.vectors(scope, [r.id for r in fresh])
+        for record in fresh:
+            yield record, vectors.get(record.id)
+        cursor = (fresh[-1].created_at, str(fresh[-1].id))
+        size = batch
+
+
+def export(store: Store, scope: Scope, out: IO[str], progress: Progress = _no_progress) -> int:
+    """Write what ``scope`` sees in ``store`` to ``out`` as JSON lines; return how many records.
+
+    :param scope: a scope, or :meth:`Scope.everything` for the whole store.
+    """
+    total = store.count(scope)
+    header = {
+        "format": FORMAT,
+        "scope": None if scope.is_everything else scope.model_dump(exclude_none=True),
+        "vector_space": _space_json(store.vector_space()),
+    }
+    out.write(json.dumps(header) + "\n")
+    written = 0
+    for record, vector in entries(store, scope):
+        line = {"record": json.loads(record.model_dump_json()), "vector": _encode(vector)}
+        out.write(json.dumps(line, ensure_ascii=False) + "\n")
+        written += 1
+        if written % BATCH == 0:
+            progress(written, total)
+    progress(written, max(total, written))
+    return written
+
+
+def read_export(lines: Iterable[str]) -> tuple[VectorSpace | None, Iterator[Entry]]:
+    """The vector space an export's vectors come from, and its entries (read lazily).
+
+    :raises InvalidInputError: if the first line is not a memcore export header, or
+        (while iterating) a line is not a record line.
+    """
+    stream = iter(lines)
+    header = _json_line(next(stream, ""), 1)
+    if header.get("format") != FORMAT:
+        raise InvalidInputError(
+            f"not a memcore export (format {header.get('format')!r}, expected {FORMAT!r})"
+        )
+    space = header.get("vector_space")
+    return _space(space), _entries(stream)
+
+
+def import_entries(
+    store: Store,
+    space: VectorSpace | None,
+    source: Iterable[Entry],
+    *,
+    scope: Scope | None = None,
+    embedder: Embedder | None = None,
+    total: int = 0,
+    progress: Progress = _no_progress,
+) -> Outcome:
+    """Write exported entries into ``store``; records already there (same id) are replaced.
+
+    :param space: the embedder the entries' vectors come from.
+    :param scope: import only the records this scope sees.
+    :param embedder: embed every record again with it, unless it is the one of ``space``.
+    :raises EmbedderMismatchError: if ``store`` holds another embedder's vectors and
+        no ``embedder`` of that kind was given to embed the records again.
+    """
+    reembed = embedder is not None and (space is None or embedder.name != space.embedder)
+    if reembed:
+        assert embedder is not None
+        store.bind_vector_space(VectorSpace(embedder.name, embedder.dim))
+    elif space is not None:
+        bound = store.vector_space()
+        if bound is not None and bound != space:
+            raise EmbedderMismatchError(
+                f"the destination holds vectors of {bound.embedder} ({bound.dimension}-d), the export "
+                f"{space.embedder} ({space.dimension}-d): pass the destination's embedder to embed again"
+            )
+        store.bind_vector_space(space)
+    records = with_vectors = 0
+    batch: list[Entry] = []
+
+    def flush() -> None:
+        nonlocal with_vectors
+        if reembed:
+            assert embedder is not None
+            vectors = embedder.embed([embedding_text(record.message) for record, _ in batch])
+            store.add([record for record, _ in batch], vectors)
+            with_vectors += len(batch)
+        else:
+            _add_as_stored(store, batch)
+            with_vectors += sum(vector is not None for _, vector in batch)
+        batch.clear()
+
+    for record, vector in source:
+        if scope is not None and not scope.matches(record.scope):
+            continue
+        batch.append((record, vector))
+        records += 1
+        if len(batch) == BATCH:
+            flush()
+            progress(records, max(total, records))
+    if batch:
+        flush()
+    progress(records, max(total, records))
+    return Outcome(records, with_vectors, reembed)
+
+
+def migrate(
+    source: Store,
+    destination: Store,
+    scope: Scope,
+    *,
+    embedder: Embedder | None = None,
+    progress: Progress = _no_progress,
+) -> Outcome:
+    """Copy what ``scope`` sees from ``source`` into ``destination``, then check every record.
+
+    Each record is read back from the destination and compared with the source's;
+    so is each vector (unless embedded again).
+
+    :raises StoreError: if a record is missing or differs after the copy.
+    """
+    total = source.count(scope)
+    outcome = import_entries(
+        destination,
+        source.vector_space(),
+        entries(source, scope),
+        embedder=embedder,
+        total=total,
+        progress=progress,
+    )
+    checked = 0
+    for page in _pages(entries(source, scope), BATCH):
+        ids = [record.id for record, _ in page]
+        copies = {record.id: record for record in destination.get(Scope.everything(), ids)}
+        vectors = destination.vectors(Scope.everything(), ids)
+        for record, vector in page:
+            if copies.get(record.id) != record:
+                raise StoreError(
+                    f"record {record.id} is missing or differs in the destination after the copy"
+                )
+            if not outcome.embedded_again and not _same_vector(vector, vectors.get(record.id)):
+                raise StoreError(
+                    f"the vector of record {record.id} differs in the destination after the copy"
+                )
+        checked += len(page)
+    if checked != outcome.records:
+        raise StoreError(f"copied {outcome.records} records but found {checked} in the source afterwards")
+    return outcome
+
+
+def _add_as_stored(store: Store, batch: list[Entry]) -> None:
+    """``add`` the batch: the records with vectors in one call, those without in another."""
+    vectored = [(record, vector) for record, vector in batch if vector is not None]
+    plain = [record for record, vector in batch if vector is None]
+    if vectored:
+        store.add([record for record, _ in vectored], np.stack([vector for _, vector in vectored]))
+    if plain:
+        store.add(plain)
+
+
+def _same_vector(a: Matrix | None, b: Matrix | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=1e-6))
+
+
+def _pages(source: Iterable[Entry], size: int) -> Iterator[list[Entry]]:
+    page: list[Entry] = []
+    for entry in source:
+        page.append(entry)
+        if len(page) == size:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _entries(lines: Iterator[str]) -> Iterator[Entry]:
+    for number, line in enumerate(lines, start=2):
+        if not line.strip():
+            continue
+        data = _json_line(line, number)
+        if "record" not in data:
+            raise InvalidInputError(f"line {number} of the export is not a record line")
+        yield MemoryRecord.model_validate(data["record"]), _decode(data.get("vector"), number)
+
+
+def _json_line(line: str, number: int) -> dict[str, Any]:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"line {number} of the export is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"line {number} of the export is not a JSON object")
+    return data
+
+
+def _encode(vector: Matrix | None) -> str | None:
+    return None if vector is None else base64.b64encode(vector.astype("<f4").tobytes()).decode()
+
+
+def _decode(text: object, number: int) -> Matrix | None:
+    if text is None:
+        return None
+    try:
+        raw = base64.b64decode(str(text), validate=True)
+    except ValueError:
+        raise InvalidInputError(f"line {number} of the export has a vector that is not base64") from None
+    if not raw or len(raw) % 4:
+        raise InvalidInputError(f"line {number} of the export has a vector of {len(raw)} bytes")
+    return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+
+
+def _space_json(space: VectorSpace | None) -> dict[str, Any] | None:
+    return None if space is None else {"embedder": space.embedder, "dimension": space.dimension}
+
+
+def _space(data: object) -> VectorSpace | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("embedder"), str):
+        raise InvalidInputError(f"the export header's vector_space is malformed: {data!r}")
+    dimension = data.get("dimension")
+    if not isinstance(dimension, int) or isinstance(dimension, bool) or dimension < 1:
+        raise InvalidInputError(f"the export header's vector_space has a bad dimension: {dimension!r}")
+    return VectorSpace(data["embedder"], dimension)

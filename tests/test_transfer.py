@@ -1,0 +1,160 @@
+"""Export, import and migrate (memcore.transfer and its commands)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from memcore import open_store
+from memcore.blocks import embedding_text
+from memcore.cli import main
+from memcore.embedders.hashing import HashEmbedder
+from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreError
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+from memcore.store import Store, VectorSpace
+from memcore.testing.helpers import BASE_TIME, make_record, random_vectors
+from memcore.transfer import entries, export, import_entries, migrate, read_export
+
+ALICE, BOB = Scope(tenant="acme", user_id="alice"), Scope(tenant="acme", user_id="bob")
+
+
+def _fill(store: Store) -> list[MemoryRecord]:
+    """Alice's and Bob's records, some without vectors, several sharing one timestamp."""
+    store.bind_vector_space(VectorSpace("hash", 8))
+    same_time = {"created_at": BASE_TIME}
+    alice = [make_record(ALICE, f"alice {i}").model_copy(update=same_time) for i in range(7)]
+    alice += [make_record(ALICE, f"alice later {i}", minute=i + 1, metadata={"i": i}) for i in range(5)]
+    bob = [make_record(BOB, f"bob {i}", minute=i) for i in range(4)]
+    store.add(alice[:10] + bob, random_vectors(14, dim=8))
+    store.add(alice[10:])  # no vectors
+    return alice + bob
+
+
+def _snapshot(store: Store, scope: Scope) -> dict[str, tuple[MemoryRecord, list[float] | None]]:
+    return {
+        str(record.id): (record, None if vector is None else vector.round(6).tolist())
+        for record, vector in entries(store, scope)
+    }
+
+
+@pytest.mark.parametrize("batch", [1, 3, 500])
+def test_entries_page_through_shared_timestamps_without_skipping_or_repeating(batch: int) -> None:
+    with open_store("memory://") as store:
+        written = _fill(store)
+        seen = [record.id for record, _ in entries(store, Scope.everything(), batch=batch)]
+        assert sorted(seen) == sorted(r.id for r in written)
+        assert len(seen) == len(set(seen))
+        assert {r.id for r, _ in entries(store, ALICE, batch=batch)} == {r.id for r in written[:12]}
+
+
+def test_export_then_import_round_trips_records_and_vectors_bit_for_bit(tmp_path: Path) -> None:
+    with open_store("memory://") as source, open_store(f"jsonl://{tmp_path}") as destination:
+        _fill(source)
+        out = io.StringIO()
+        assert export(source, Scope.everything(), out) == 16
+        space, found = read_export(io.StringIO(out.getvalue()))
+        outcome = import_entries(destination, space, found)
+        assert (outcome.records, outcome.with_vectors, outcome.embedded_again) == (16, 14, False)
+        assert destination.vector_space() == VectorSpace("hash", 8)
+        mine, theirs = _snapshot(source, Scope.everything()), _snapshot(destination, Scope.everything())
+        assert mine == theirs
+        copied = [v for r, v in entries(destination, ALICE) if v is not None]
+        original = [v for r, v in entries(source, ALICE) if v is not None]
+        assert all(np.array_equal(a, b) for a, b in zip(copied, original, strict=True))
+
+
+def test_export_and_import_filter_by_scope() -> None:
+    with open_store("memory://") as source, open_store("memory://") as destination:
+        _fill(source)
+        out = io.StringIO()
+        assert export(source, BOB, out) == 4
+        header = json.loads(out.getvalue().splitlines()[0])
+        assert header["scope"] == {"tenant": "acme", "user_id": "bob"}
+        everything = io.StringIO()
+        export(source, Scope.everything(), everything)
+        space, found = read_export(io.StringIO(everything.getvalue()))
+        assert import_entries(destination, space, found, scope=ALICE).records == 12
+        assert destination.count(BOB) == 0 and destination.count(ALICE) == 12
+
+
+class _OtherEmbedder:
+    name: ClassVar[str] = "other"
+    dim = 5
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return HashEmbedder(dim=5).embed(texts)
+
+
+def test_migrate_embeds_again_into_a_store_of_another_embedder() -> None:
+    with open_store("memory://") as source, open_store("memory://") as destination:
+        written = _fill(source)
+        destination.bind_vector_space(VectorSpace("other", 5))
+        with pytest.raises(EmbedderMismatchError, match="embed again"):
+            migrate(source, destination, ALICE)
+        assert destination.count(Scope.everything()) == 0
+        outcome = migrate(source, destination, ALICE, embedder=_OtherEmbedder())
+        assert (outcome.records, outcome.with_vectors, outcome.embedded_again) == (12, 12, True)
+        record = written[11]  # stored without a vector: embedded now
+        vector = destination.vectors(ALICE, [record.id])[record.id]
+        expected = _OtherEmbedder().embed([embedding_text(record.message)])[0]
+        assert np.allclose(vector, expected / np.linalg.norm(expected), atol=1e-6)
+
+
+def test_migrate_checks_every_record_in_the_destination(monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_store("memory://") as source, open_store("memory://") as destination:
+        _fill(source)
+        monkeypatch.setattr(destination, "get", lambda scope, ids: [])
+        with pytest.raises(StoreError, match="missing or differs"):
+            migrate(source, destination, Scope.everything())
+
+
+def test_a_malformed_export_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="not a memcore export"):
+        read_export(io.StringIO('{"format": "something else"}\n'))
+    with pytest.raises(InvalidInputError, match="not JSON"):
+        read_export(io.StringIO("garbage\n"))
+    record = make_record(ALICE).model_dump_json()
+    lines = [
+        '{"format": "memcore-export/1", "vector_space": null}',
+        f'{{"record": {record}, "vector": "a!"}}',
+    ]
+    _, found = read_export(iter(lines))
+    with pytest.raises(InvalidInputError, match="not base64"):
+        list(found)
+
+
+def test_the_commands_export_import_and_migrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source_url, copy_url, migrated_url = (f"jsonl://{tmp_path / name}" for name in ("a", "b", "c"))
+    with open_store(source_url) as source:
+        _fill(source)
+    dump = tmp_path / "alice.jsonl"
+    assert main(["export", source_url, "--user-id", "alice", "--out", str(dump)]) == 0
+    assert len(dump.read_text().splitlines()) == 13
+    assert main(["import", copy_url, str(dump)]) == 0
+    assert "imported 12 records (10 with vectors)" in capsys.readouterr().err
+    assert main(["migrate", source_url, migrated_url, "--tenant", "acme"]) == 0
+    assert "copied and checked 16 records" in capsys.readouterr().err
+    with open_store(source_url) as source, open_store(copy_url) as copy, open_store(migrated_url) as migrated:
+        assert _snapshot(copy, Scope.everything()) == _snapshot(source, ALICE)
+        assert _snapshot(migrated, Scope.everything()) == _snapshot(source, Scope.everything())
+    assert main(["import", copy_url, str(tmp_path / "missing.jsonl")]) == 1
+    assert "missing.jsonl" in capsys.readouterr().err
+
+
+def test_timestamps_survive_the_move() -> None:
+    with open_store("memory://") as source, open_store("memory://") as destination:
+        written = _fill(source)
+        migrate(source, destination, Scope.everything())
+        assert [r.created_at for r in destination.list(BOB)] == [
+            BASE_TIME + timedelta(minutes=i) for i in range(4)
+        ]
+        assert len(written) == destination.count(Scope.everything())
