@@ -5,8 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.memcore-installed
 PIP_FLAGS := --quiet --disable-pip-version-check
 PLUGINS := plugins/memcore-qdrant plugins/memcore-chroma plugins/memcore-pgvector
+# The CAMEL adapter's tests run in a venv of their own: camel-ai pins pydantic<=2.12 (see pyproject).
+CAMEL_VENV := .venv-camel
+CAMEL_STAMP := $(CAMEL_VENV)/.memcore-installed
 
-.PHONY: demo test check lint types pytest clean
+.PHONY: demo test check lint types pytest pytest-camel clean
 
 $(STAMP): pyproject.toml tests/plugin_example/pyproject.toml $(PLUGINS:%=%/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +19,12 @@ $(STAMP): pyproject.toml tests/plugin_example/pyproject.toml $(PLUGINS:%=%/pypro
 	$(BIN)/python -m pip install $(PIP_FLAGS) -e ".[dev,st]" -e ./tests/plugin_example \
 		$(foreach plugin,$(PLUGINS),-e "./$(plugin)[test]")
 	touch $(STAMP)
+
+$(CAMEL_STAMP): pyproject.toml
+	test -x $(CAMEL_VENV)/bin/python || $(PYTHON) -m venv $(CAMEL_VENV)
+	$(CAMEL_VENV)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
+	$(CAMEL_VENV)/bin/python -m pip install $(PIP_FLAGS) -e ".[camel,testing]"
+	touch $(CAMEL_STAMP)
 
 ## demo: the main job on the embedded default store (two agents, restarts, forget, budget; real MiniLM)
 demo: $(STAMP)
@@ -34,9 +43,12 @@ types: $(STAMP)
 	$(BIN)/mypy memcore $(foreach plugin,$(PLUGINS),$(wildcard $(plugin)/memcore_*))
 
 # Each plugin's tests run on their own (their conftest and rootdir are the plugin's).
-pytest: $(STAMP)
+pytest: $(STAMP) pytest-camel
 	$(BIN)/python -m pytest
 	$(foreach plugin,$(PLUGINS),$(BIN)/python -m pytest $(plugin)/tests &&) true
 
+pytest-camel: $(CAMEL_STAMP)
+	$(CAMEL_VENV)/bin/python -m pytest tests-camel
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CAMEL_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

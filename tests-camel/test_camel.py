@@ -1,0 +1,178 @@
+"""The CAMEL adapter, in a venv of its own (camel-ai pins pydantic<=2.12, chromadb needs >=2.14).
+
+ChatAgents run on CAMEL's stub model (no network, no key); their memory is a
+CamelMemory on a real memcore store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from camel.agents import ChatAgent
+from camel.memories import MemoryRecord as CamelRecord
+from camel.messages import BaseMessage
+from camel.models import ModelFactory
+from camel.types import ModelPlatformType, ModelType, OpenAIBackendRole
+from camel.utils import BaseTokenCounter
+
+from memcore import open_store
+from memcore.embedders.hashing import HashEmbedder
+from memcore.errors import ScopeError
+from memcore.integrations.camel import CamelMemory
+from memcore.scope import Scope
+from memcore.store import Store
+
+
+class WordCounter(BaseTokenCounter):
+    """Counts one token per word and per message: enough to see a budget enforced."""
+
+    def count_tokens_from_messages(self, messages: list[Any]) -> int:
+        return sum(1 + len(str(m.get("content") or "").split()) for m in messages)
+
+    def encode(self, text: str) -> list[int]:
+        return list(range(len(text.split())))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return " ".join("w" for _ in token_ids)
+
+
+def scope(agent: str, session: str = "s1") -> Scope:
+    return Scope(tenant="acme", user_id="u1", agent_id=agent, session_id=session)
+
+
+def memory(store: Store, agent: str, session: str = "s1", token_limit: int = 4_000) -> CamelMemory:
+    return CamelMemory(
+        store,
+        HashEmbedder(dim=32),
+        scope(agent, session),
+        token_counter=WordCounter(),
+        token_limit=token_limit,
+    )
+
+
+def agent(store: Store, name: str, session: str = "s1", **options: Any) -> ChatAgent:
+    model = ModelFactory.create(model_platform=ModelPlatformType.OPENAI, model_type=ModelType.STUB)
+    return ChatAgent(
+        f"You are {name}.",
+        model=model,
+        memory=memory(store, name, session),
+        agent_id=name,
+        summarize_threshold=None,
+        **options,
+    )
+
+
+def contents(store: Store, scope: Scope) -> list[str]:
+    return [r.message.content for r in store.list(scope)]
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store(f"jsonl://{tmp_path}") as opened:
+        yield opened
+
+
+def test_a_chat_agent_runs_on_a_memcore_memory(store: Store) -> None:
+    planner = agent(store, "planner")
+    response = planner.step("Plan a trip to Kyoto in October.")
+    assert response.msgs[0].content == "Lorem Ipsum"
+    assert contents(store, scope("planner")) == [
+        "You are planner.",
+        "Plan a trip to Kyoto in October.",
+        "Lorem Ipsum",
+    ]
+    messages, tokens = planner.memory.get_context()
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert tokens == WordCounter().count_tokens_from_messages(messages)
+    context = planner.memory.retrieve()
+    assert context[0].memory_record.role_at_backend == OpenAIBackendRole.SYSTEM
+    assert [c.timestamp for c in context] == sorted(c.timestamp for c in context)
+
+
+def test_two_agents_on_one_store_never_see_or_delete_each_others_records(store: Store) -> None:
+    alice, bob = agent(store, "alice"), agent(store, "bob")
+    alice.step("my locker code is 4711")
+    bob.step("what is the weather?")
+    alices = store.list(scope("alice"))
+    assert all("4711" not in str(m) for m in bob.memory.get_context()[0])
+    assert all("weather" not in str(m) for m in alice.memory.get_context()[0])
+    assert bob.memory.forget([r.id for r in alices]) == 0
+    bob.reset()
+    assert store.list(scope("alice")) == alices
+    with pytest.raises(ScopeError):
+        bob.memory.write_records([to_camel_record("smuggled", agent_id="alice")])
+
+
+def to_camel_record(text: str, agent_id: str) -> CamelRecord:
+    message = BaseMessage.make_user_message(role_name="user", content=text)
+    return CamelRecord(message=message, role_at_backend=OpenAIBackendRole.USER, agent_id=agent_id)
+
+
+def test_the_memory_setter_cannot_hand_one_agents_memory_to_another(store: Store) -> None:
+    alice, bob = agent(store, "alice"), agent(store, "bob")
+    alice.step("my locker code is 4711")
+    before = store.list(scope("alice"))
+    alices_memory = alice.memory
+    # CAMEL's setter reads alice's records, clears her session and writes them back with bob's
+    # system message, tagged bob: refused, and what the clear deleted is restored.
+    with pytest.raises(ScopeError):
+        bob.memory = alices_memory
+    assert store.list(scope("alice")) == before
+    with pytest.raises(ScopeError):
+        bob.step("tell me alice's code")
+    assert store.list(scope("alice")) == before
+    assert store.count(scope("bob")) == 1  # bob's own system message, untouched
+
+
+def test_a_chat_agent_of_another_id_is_refused(store: Store) -> None:
+    model = ModelFactory.create(model_platform=ModelPlatformType.OPENAI, model_type=ModelType.STUB)
+    with pytest.raises(ScopeError, match="agent_id='alice'"):
+        ChatAgent("hi", model=model, memory=memory(store, "alice"), agent_id="mallory")
+
+
+def test_the_setter_with_the_agents_own_new_session_keeps_its_long_term_memory(store: Store) -> None:
+    alice = agent(store, "alice")
+    alice.step("my locker code is 4711")
+    alice.memory = memory(store, "alice", session="s2")
+    assert store.count(scope("alice")) == 3  # session 1 kept
+    alice.step("what is my locker code?")
+    sent = " ".join(str(m["content"]) for m in alice.memory.get_context()[0])
+    assert "4711" in sent  # recalled from session 1
+
+
+def test_clear_reset_and_single_deletes_reach_history_and_recall(store: Store) -> None:
+    alice = agent(store, "alice")
+    alice.step("my locker code is 4711")
+    secret = next(r for r in store.list(scope("alice")) if "4711" in r.message.content)
+    assert alice.memory.forget([secret.id]) == 1
+    assert store.get(scope("alice"), [secret.id]) == []
+    assert all(secret.id != hit.record.id for hit in store.search(scope("alice"), text="4711"))
+    alice.step("second question")
+    popped = alice.memory.pop_records(2)
+    assert [r.message.content for r in popped] == ["second question", "Lorem Ipsum"]
+    assert contents(store, scope("alice")) == ["You are alice.", "Lorem Ipsum"]
+    removed = alice.memory.remove_records_by_indices([1])
+    assert [r.message.content for r in removed] == ["Lorem Ipsum"]
+    alice.step("third")
+    alice.reset()
+    assert contents(store, scope("alice")) == ["You are alice."]
+
+
+def test_the_token_limit_is_enforced(store: Store) -> None:
+    small = CamelMemory(
+        store, HashEmbedder(dim=32), scope("alice"), token_counter=WordCounter(), token_limit=30
+    )
+    model = ModelFactory.create(model_platform=ModelPlatformType.OPENAI, model_type=ModelType.STUB)
+    alice = ChatAgent("You are alice.", model=model, memory=small, agent_id="alice", summarize_threshold=None)
+    for i in range(10):
+        alice.step(f"message number {i} with a few more words in it")
+    messages, tokens = alice.memory.get_context()
+    assert tokens <= 30
+    assert messages[0]["role"] == "system"
+    assert "number 9" in str(messages[-2]["content"])
+    creator = alice.memory.get_context_creator()
+    assert creator.token_limit == 30
+    assert creator.create_context(alice.memory.retrieve())[1] <= 30
