@@ -100,6 +100,10 @@ class StoreUnavailableError(StoreError):
     """A store server cannot be reached; the call may succeed once it is back."""
 
 
+class UnsupportedOperationError(StoreError):
+    """The store does not implement this operation (a plugin written before it existed)."""
+
+
 class PluginError(MemcoreError):
     """A plugin is broken: it failed to load or registered something invalid."""
 

@@ -20,7 +20,12 @@ from types import TracebackType
 from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID
 
-from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreClosedError
+from memcore.errors import (
+    EmbedderMismatchError,
+    InvalidInputError,
+    StoreClosedError,
+    UnsupportedOperationError,
+)
 from memcore.filters import Filter, FilterSpec, parse_filter
 from memcore.keywords import bm25_scores
 from memcore.records import MemoryRecord, ScoredRecord
@@ -436,8 +441,9 @@ class BaseStore(ABC):
     @abstractmethod
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]: ...
 
-    @abstractmethod
-    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]: ...
+    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]:
+        # Not abstract: plugins written before vectors() existed keep working for everything else.
+        raise UnsupportedOperationError(f"the {self.name} store cannot read vectors back (no _vectors hook)")
 
     @abstractmethod
     def _list(

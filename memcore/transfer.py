@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import IO, Any
 
 import numpy as np
@@ -29,9 +29,10 @@ from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreError
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace
-from memcore.validation import Matrix, check_scope
+from memcore.validation import Matrix, Vector, check_scope
 
 FORMAT = "memcore-export/1"
+_TICK = timedelta(microseconds=1)  # the resolution of created_at
 BATCH = 500
 """Records read or written per store call."""
 
@@ -59,25 +60,33 @@ def entries(store: Store, scope: Scope, batch: int = BATCH) -> Iterator[Entry]:
     """Every record ``scope`` sees in ``store`` with its vector, oldest first, ``batch`` per read.
 
     Pages by ``(created_at, id)``, the order of ``list``, so records that share a
-    timestamp are neither skipped nor repeated between pages.
+    timestamp are neither skipped nor repeated between pages: a page that ends
+    inside a group of equal timestamps is completed by reading that group whole.
     """
     scope = check_scope(scope)
-    cursor: tuple[Any, str] | None = None
-    size = batch
+    after: datetime | None = None
     while True:
-        after = None if cursor is None else cursor[0] - timedelta(microseconds=1)
-        page = store.list(scope, order="asc", limit=size, after=after)
-        fresh = [r for r in page if cursor is None or (r.created_at, str(r.id)) > cursor]
-        if not fresh:
-            if len(page) < size:
-                return
-            size *= 2  # a whole page of records sharing the cursor's timestamp, all seen already
-            continue
-        vectors = store.vectors(scope, [r.id for r in fresh])
-        for record in fresh:
+        page = store.list(scope, order="asc", limit=batch, after=after)
+        if not page:
+            return
+        full, last = len(page) == batch, page[-1].created_at
+        if full:
+            # The next page starts after ``last``: finish ``last``'s group of equal timestamps here.
+            page = [r for r in page if r.created_at < last] + store.list(
+                scope, order="asc", after=last - _TICK, before=last + _TICK
+            )
+        yield from _with_vectors(store, scope, page)
+        if not full:
+            return
+        after = last
+
+
+def _with_vectors(store: Store, scope: Scope, records: list[MemoryRecord]) -> Iterator[Entry]:
+    for start in range(0, len(records), BATCH):
+        chunk = records[start : start + BATCH]
+        vectors = store.vectors(scope, [r.id for r in chunk])
+        for record in chunk:
             yield record, vectors.get(record.id)
-        cursor = (fresh[-1].created_at, str(fresh[-1].id))
-        size = batch
 
 
 def export(store: Store, scope: Scope, out: IO[str], progress: Progress = _no_progress) -> int:
@@ -138,11 +147,11 @@ def import_entries(
         no ``embedder`` of that kind was given to embed the records again.
     """
     reembed = embedder is not None and (space is None or embedder.name != space.embedder)
+    bound = store.vector_space()
     if reembed:
         assert embedder is not None
         store.bind_vector_space(VectorSpace(embedder.name, embedder.dim))
     elif space is not None:
-        bound = store.vector_space()
         if bound is not None and bound != space:
             raise EmbedderMismatchError(
                 f"the destination holds vectors of {bound.embedder} ({bound.dimension}-d), the export "
@@ -156,12 +165,17 @@ def import_entries(
         nonlocal with_vectors
         if reembed:
             assert embedder is not None
-            vectors = embedder.embed([embedding_text(record.message) for record, _ in batch])
-            store.add([record for record, _ in batch], vectors)
-            with_vectors += len(batch)
-        else:
-            _add_as_stored(store, batch)
-            with_vectors += sum(vector is not None for _, vector in batch)
+            # Records stored without a vector (plain history) stay without one.
+            vectored = [record for record, vector in batch if vector is not None]
+            embedded = embedder.embed([embedding_text(record.message) for record in vectored])
+            batch[:] = [(r, v) for r, v in batch if v is None] + list(zip(vectored, embedded, strict=True))
+        elif space is None and bound is not None and any(vector is not None for _, vector in batch):
+            raise EmbedderMismatchError(
+                f"the export does not say which embedder its vectors come from, and the destination holds "
+                f"vectors of {bound.embedder}: pass that embedder to embed the records again"
+            )
+        _add_as_stored(store, batch)
+        with_vectors += sum(vector is not None for _, vector in batch)
         batch.clear()
 
     for record, vector in source:
@@ -222,12 +236,15 @@ def migrate(
     return outcome
 
 
-def _add_as_stored(store: Store, batch: list[Entry]) -> None:
+def _add_as_stored(store: Store, batch: Sequence[tuple[MemoryRecord, Vector | None]]) -> None:
     """``add`` the batch: the records with vectors in one call, those without in another."""
     vectored = [(record, vector) for record, vector in batch if vector is not None]
     plain = [record for record, vector in batch if vector is None]
     if vectored:
-        store.add([record for record, _ in vectored], np.stack([vector for _, vector in vectored]))
+        store.add(
+            [record for record, _ in vectored],
+            np.stack([np.asarray(v, dtype=np.float32) for _, v in vectored]),
+        )
     if plain:
         store.add(plain)
 

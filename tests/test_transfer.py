@@ -17,10 +17,11 @@ from memcore import open_store
 from memcore.blocks import embedding_text
 from memcore.cli import main
 from memcore.embedders.hashing import HashEmbedder
-from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreError
+from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreError, UnsupportedOperationError
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
-from memcore.store import Store, VectorSpace
+from memcore.store import BaseStore, Store, VectorSpace
+from memcore.stores.memory import MemoryStore
 from memcore.testing.helpers import BASE_TIME, make_record, random_vectors
 from memcore.transfer import entries, export, import_entries, migrate, read_export
 
@@ -102,11 +103,21 @@ def test_migrate_embeds_again_into_a_store_of_another_embedder() -> None:
             migrate(source, destination, ALICE)
         assert destination.count(Scope.everything()) == 0
         outcome = migrate(source, destination, ALICE, embedder=_OtherEmbedder())
-        assert (outcome.records, outcome.with_vectors, outcome.embedded_again) == (12, 12, True)
-        record = written[11]  # stored without a vector: embedded now
+        assert (outcome.records, outcome.with_vectors, outcome.embedded_again) == (12, 10, True)
+        record = written[9]
         vector = destination.vectors(ALICE, [record.id])[record.id]
         expected = _OtherEmbedder().embed([embedding_text(record.message)])[0]
         assert np.allclose(vector, expected / np.linalg.norm(expected), atol=1e-6)
+        assert destination.vectors(ALICE, [written[11].id]) == {}  # stored without one: still without
+
+
+def test_vectors_of_an_unknown_embedder_are_refused_by_a_bound_store() -> None:
+    with open_store("memory://") as source, open_store("memory://") as destination:
+        source.add([make_record(ALICE)], random_vectors(1, dim=5))  # never bound to an embedder
+        destination.bind_vector_space(VectorSpace("other", 5))
+        with pytest.raises(EmbedderMismatchError, match="does not say which embedder"):
+            migrate(source, destination, ALICE)
+        assert migrate(source, destination, ALICE, embedder=_OtherEmbedder()).embedded_again
 
 
 def test_migrate_checks_every_record_in_the_destination(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,6 +150,9 @@ def test_the_commands_export_import_and_migrate(tmp_path: Path, capsys: pytest.C
     dump = tmp_path / "alice.jsonl"
     assert main(["export", source_url, "--user-id", "alice", "--out", str(dump)]) == 0
     assert len(dump.read_text().splitlines()) == 13
+    assert dump.stat().st_mode & 0o777 == 0o600
+    assert main(["export", "jsonl://", "--out", str(tmp_path / "failed.jsonl")]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["alice.jsonl"]
     assert main(["import", copy_url, str(dump)]) == 0
     assert "imported 12 records (10 with vectors)" in capsys.readouterr().err
     assert main(["migrate", source_url, migrated_url, "--tenant", "acme"]) == 0
@@ -158,3 +172,17 @@ def test_timestamps_survive_the_move() -> None:
             BASE_TIME + timedelta(minutes=i) for i in range(4)
         ]
         assert len(written) == destination.count(Scope.everything())
+
+
+class _StoreWithoutVectorsHook(MemoryStore):
+    """A plugin written before ``Store.vectors`` existed."""
+
+    _vectors = BaseStore._vectors
+
+
+def test_a_store_without_the_vectors_hook_says_so() -> None:
+    with _StoreWithoutVectorsHook() as store:
+        store.add([make_record(ALICE)], random_vectors(1))
+        assert store.count(ALICE) == 1
+        with pytest.raises(UnsupportedOperationError, match="cannot read vectors back"):
+            export(store, ALICE, io.StringIO())

@@ -7,9 +7,12 @@ The three related commands share this module and its scope options (see
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any
 
 from memcore.embedders.base import Embedder
@@ -96,15 +99,30 @@ def _progress(label: str) -> Iterator[Progress]:
 
 @contextmanager
 def _opened_file(name: str, mode: str) -> Iterator[IO[str]]:
+    """``name`` opened for reading, or for writing through a private temporary file (mode 0600)
+    renamed into place once everything is written, so a failed export leaves no partial file."""
     if name == "-":
         yield sys.stdout if "w" in mode else sys.stdin
         return
+    if "w" not in mode:
+        try:
+            handle = open(name, encoding="utf-8")  # noqa: SIM115  # closed below; open errors typed
+        except OSError as exc:
+            raise InvalidInputError(f"cannot open {name}: {exc.strerror}") from None
+        with handle:
+            yield handle
+        return
+    target = Path(name)
     try:
-        handle = open(name, mode, encoding="utf-8")  # noqa: SIM115  # closed below; open errors typed
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
-        raise InvalidInputError(f"cannot open {name}: {exc.strerror}") from None
-    with handle:
-        yield handle
+        raise InvalidInputError(f"cannot write {name}: {exc.strerror}") from None
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            yield handle
+        os.replace(temporary, target)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def _report(verb: str, outcome: Outcome, where: str) -> None:
