@@ -9,8 +9,12 @@
     docs.add_documents([Document("Kyoto in October", metadata={"source": "notes"})], ids=["1"])
     docs.as_retriever(search_kwargs={"k": 3, "filter": {"source": "notes"}}).invoke("trip")
 
-Every read and delete goes through the bound scope, so two vector stores on two
-scopes of one memcore store never see or delete each other's documents.
+Every read and delete goes through the bound scope and only sees the documents
+written through that exact scope (metadata ``lc_scope``): a vector store on
+``Scope(tenant="acme")`` does not see those of one on
+``Scope(tenant="acme", user_id="u1")``, as memcore's own reads of a wider scope
+would. Two vector stores on two scopes of one memcore store never see or delete
+each other's documents.
 
 Documents are records of kind ``document`` (:data:`DOCUMENT_KIND`); other records
 of the scope (an agent's turns) are never returned or deleted. LangChain ids are
@@ -21,7 +25,8 @@ in the record (metadata ``lc_id``). Metadata entries memcore can store as is (se
 :func:`memcore.records.is_metadata_entry`) stay filterable; the others (nested
 values, ``None``, keys that are not identifiers) are kept as JSON under ``lc_extra``
 and come back unchanged, but cannot be filtered on. Metadata keys starting with
-``lc_`` are reserved.
+``lc_`` are reserved. Max-marginal-relevance search reads the candidates' vectors
+back from the store (:meth:`memcore.store.Store.vectors`).
 """
 
 from __future__ import annotations
@@ -31,10 +36,13 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 from uuid import UUID, uuid4, uuid5
 
+import numpy as np
+
 try:
     from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.vectorstores import VectorStore
+    from langchain_core.vectorstores.utils import maximal_marginal_relevance
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "memcore.integrations.langchain needs langchain-core: pip install 'memcore[langchain]'"
@@ -43,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from memcore.errors import InvalidInputError
 from memcore.filters import FilterSpec
 from memcore.plugins import open_store
-from memcore.records import MemoryRecord, Message, MetadataValue, is_metadata_entry
+from memcore.records import MemoryRecord, Message, MetadataValue, ScoredRecord, is_metadata_entry
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace
 from memcore.validation import check_scope
@@ -54,6 +62,7 @@ DOCUMENT_KIND = "document"
 RESERVED_PREFIX = "lc_"
 ID_KEY = "lc_id"
 EXTRA_KEY = "lc_extra"
+SCOPE_KEY = "lc_scope"
 _ID_NAMESPACE = UUID("6c1d9a0e-2f4b-5b8e-9a57-3c0f1e7d2b61")
 _OPERATORS_WITH_SUBFILTERS = ("$and", "$or")
 
@@ -129,7 +138,7 @@ class MemcoreVectorStore(VectorStore):
         """
         _refuse_options(kwargs)
         if ids is None:
-            self.store.delete_where(self.scope, {"kind": DOCUMENT_KIND})
+            self.store.delete_where(self.scope, self._documents_filter())
         else:
             self.store.delete(self.scope, [record_id(self.scope, _check_id(i)) for i in ids])
         return True
@@ -139,7 +148,7 @@ class MemcoreVectorStore(VectorStore):
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The documents of the scope with these ids, in the order given; missing ids are skipped."""
         records = self.store.get(self.scope, [record_id(self.scope, _check_id(i)) for i in ids])
-        return [_document(r) for r in records if r.kind == DOCUMENT_KIND]
+        return [_document(r) for r in records if r.kind == DOCUMENT_KIND and r.scope == self.scope]
 
     def similarity_search(
         self, query: str, k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
@@ -164,6 +173,45 @@ class MemcoreVectorStore(VectorStore):
         """The ``k`` documents most similar to ``embedding``, best first."""
         _refuse_options(kwargs)
         return [doc for doc, _ in self._search(embedding, k, filter)]
+
+    def max_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        *,
+        filter: FilterSpec | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """``k`` documents among the ``fetch_k`` most similar to ``query``, chosen for relevance and
+        diversity (``lambda_mult``: 1 relevance only, 0 diversity only)."""
+        _refuse_options(kwargs)
+        vector = self._embedding.embed_query(query)
+        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter=filter)
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        *,
+        filter: FilterSpec | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """As :meth:`max_marginal_relevance_search`, from a query vector (candidates' vectors read back)."""
+        _refuse_options(kwargs)
+        hits = self._hits(embedding, fetch_k, filter)
+        vectors = self.store.vectors(self.scope, [hit.record.id for hit in hits])
+        candidates = [hit for hit in hits if hit.record.id in vectors]
+        chosen = maximal_marginal_relevance(
+            np.asarray(embedding, dtype=np.float32),
+            [vectors[hit.record.id].tolist() for hit in candidates],
+            lambda_mult=lambda_mult,
+            k=k,
+        )
+        return [_document(candidates[i].record) for i in chosen]
 
     def _select_relevance_score_fn(self) -> Any:
         # memcore scores are cosine similarities in [-1, 1]; LangChain's relevance is in [0, 1].
@@ -196,13 +244,26 @@ class MemcoreVectorStore(VectorStore):
     def _bind(self, dimension: int) -> None:
         self.store.bind_vector_space(VectorSpace(self._embedder_name, dimension))
 
-    def _search(self, vector: list[float], k: int, filter: FilterSpec | None) -> list[tuple[Document, float]]:
-        self._bind(len(vector))
-        conditions: list[FilterSpec] = [{"kind": DOCUMENT_KIND}]
+    def _documents_filter(self, filter: FilterSpec | None = None) -> FilterSpec:
+        """The documents written through this scope, and matching ``filter`` if given."""
+        conditions: list[FilterSpec] = [
+            {"kind": DOCUMENT_KIND},
+            {f"metadata.{SCOPE_KEY}": self.scope.digest()},
+        ]
         if filter:
             conditions.append(_metadata_filter(filter))
-        hits = self.store.search(self.scope, vector=vector, filter={"$and": conditions}, limit=k)
-        return [(_document(hit.record), hit.score) for hit in hits]
+        return {"$and": conditions}
+
+    def _hits(self, vector: Sequence[float], k: int, filter: FilterSpec | None) -> list[ScoredRecord]:
+        self._bind(len(vector))
+        return self.store.search(
+            self.scope, vector=list(vector), filter=self._documents_filter(filter), limit=k
+        )
+
+    def _search(
+        self, vector: Sequence[float], k: int, filter: FilterSpec | None
+    ) -> list[tuple[Document, float]]:
+        return [(_document(hit.record), hit.score) for hit in self._hits(vector, k, filter)]
 
     def _record(self, document_id: str, document: Document) -> MemoryRecord:
         metadata: dict[str, MetadataValue] = {}
@@ -218,6 +279,7 @@ class MemcoreVectorStore(VectorStore):
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"metadata of document {document_id!r} is not JSON: {exc}") from None
         metadata[ID_KEY] = document_id
+        metadata[SCOPE_KEY] = self.scope.digest()
         return MemoryRecord(
             id=record_id(self.scope, document_id),
             scope=self.scope,

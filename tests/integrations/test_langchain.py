@@ -62,6 +62,29 @@ def test_two_scopes_with_the_same_ids_never_see_or_delete_each_others_documents(
     assert bob.similarity_search("note", k=5) == []
 
 
+def test_a_wider_scope_sees_only_the_documents_written_through_it(store: Store) -> None:
+    tenant, alice = _docs(store, Scope(tenant="acme")), _docs(store, Scope(tenant="acme", user_id="alice"))
+    alice.add_documents([Document("alice's secret")], ids=["1"])
+    tenant.add_documents([Document("company handbook")], ids=["1"])
+    assert [d.page_content for d in tenant.similarity_search("alice's secret", k=5)] == ["company handbook"]
+    assert [d.page_content for d in tenant.max_marginal_relevance_search("secret", k=5)] == [
+        "company handbook"
+    ]
+    tenant.delete()
+    assert [d.page_content for d in alice.get_by_ids(["1"])] == ["alice's secret"]
+
+
+def test_max_marginal_relevance_prefers_diverse_documents(store: Store) -> None:
+    docs = _docs(store, SCOPE)
+    docs.add_texts(["kyoto", "kyoto", "kyoto", "pasta recipe"], ids=["a", "b", "c", "d"])
+    relevant = docs.similarity_search("kyoto", k=2)
+    assert [d.page_content for d in relevant] == ["kyoto", "kyoto"]
+    diverse = docs.max_marginal_relevance_search("kyoto", k=2, fetch_k=4, lambda_mult=0.1)
+    assert sorted(d.page_content for d in diverse) == ["kyoto", "pasta recipe"]
+    retriever = docs.as_retriever(search_type="mmr", search_kwargs={"k": 2, "fetch_k": 4, "lambda_mult": 0.1})
+    assert sorted(d.page_content for d in retriever.invoke("kyoto")) == ["kyoto", "pasta recipe"]
+
+
 def test_the_agents_turns_in_the_scope_are_neither_returned_nor_deleted(store: Store) -> None:
     memory = LongtermMemory(store, HashEmbedder(dim=6), SCOPE)
     memory.write([Message(role="user", content="a turn, not a document")])
@@ -147,7 +170,7 @@ def test_bad_arguments_are_typed_errors(store: Store) -> None:
     with pytest.raises(InvalidInputError, match="non-empty string"):
         docs.add_documents([Document("a")], ids=[""])
     with pytest.raises(InvalidInputError, match="unsupported arguments: fetch_k"):
-        docs.similarity_search("a", fetch_k=3)
+        docs.similarity_search("a", fetch_k=3)  # fetch_k belongs to max-marginal-relevance search
     with pytest.raises(InvalidInputError, match="not JSON"):
         docs.add_documents([Document("a", metadata={"when": object()})])
     assert store.count(SCOPE) == 0
