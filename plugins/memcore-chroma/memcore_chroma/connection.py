@@ -281,10 +281,21 @@ def _release(path: Path) -> None:
             close_client(entry.shared.client)
             # Chroma rewrites small indexes' files on a client's first read, spare slots included
             # (see memcore_chroma.erasure): zero those again before the folder is left alone.
-            erasure.scrub_vector_indexes(path)
+            _scrub_or_drop_indexes(path)
             recovery.unmark(path, recovery.OPEN_MARKER)
     finally:
         os.close(entry.lock_fd)
+
+
+def _scrub_or_drop_indexes(path: Path) -> None:
+    """Scrub the index files (see :mod:`memcore_chroma.erasure`); files of a layout the scrub does
+    not know are dropped instead, for Chroma to rebuild them from its log at the next open."""
+    try:
+        erasure.scrub_vector_indexes(path)
+    except StoreError:
+        if not (path / recovery.LOG_COMPLETE).exists():
+            raise
+        recovery.reset_vector_indexes(path)
 
 
 def close_client(client: ClientAPI) -> None:

@@ -6,7 +6,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from memcore_chroma import ChromaStore
+from memcore_chroma import ChromaStore, erasure
 from memcore_chroma.erasure import scrub_vector_indexes
 
 from memcore.errors import StoreError
@@ -66,3 +66,19 @@ def test_scrub_refuses_a_header_layout_it_does_not_know(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not the layout memcore knows"):
         scrub_vector_indexes(tmp_path)
     assert (tmp_path / "segment" / "data_level0.bin").read_bytes().endswith(b"stale")
+
+
+def test_closing_drops_index_files_of_a_layout_the_scrub_does_not_know(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records, vectors = [make_record(SCOPE, f"r {i}") for i in range(20)], random_vectors(20, seed=4)
+    store = ChromaStore(tmp_path)
+    store.add(records, vectors)
+    assert store.search(SCOPE, vector=vectors[0], limit=1)[0].record.id == records[0].id
+    assert list(tmp_path.glob("*/header.bin")), "Chroma must have written its index files"
+    monkeypatch.setattr(erasure, "_HEADER_VERSION", 99)  # as if a newer chromadb wrote them
+    store.close()
+    assert list(tmp_path.glob("*/header.bin")) == []
+    monkeypatch.undo()
+    with ChromaStore(tmp_path) as reopened:
+        assert reopened.search(SCOPE, vector=vectors[3], limit=1)[0].record.id == records[3].id
