@@ -48,7 +48,7 @@ pytest: $(STAMP) pytest-camel
 	$(foreach plugin,$(PLUGINS),$(BIN)/python -m pytest $(plugin)/tests &&) true
 
 pytest-camel: $(CAMEL_STAMP)
-	$(CAMEL_VENV)/bin/python -m pytest tests-camel
+	$(CAMEL_VENV)/bin/python -m pytest -W ignore::pytest.PytestConfigWarning tests-camel  # no pytest-asyncio there
 
 clean:
 	rm -rf $(VENV) $(CAMEL_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -22,6 +22,8 @@ from memcore import open_store
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import ScopeError
 from memcore.integrations.camel import CamelMemory
+from memcore.memories import NO_MEMORIES_NOTE
+from memcore.policy import MemoryPolicy
 from memcore.scope import Scope
 from memcore.store import Store
 
@@ -122,9 +124,24 @@ def test_the_memory_setter_cannot_hand_one_agents_memory_to_another(store: Store
         bob.memory = alices_memory
     assert store.list(scope("alice")) == before
     with pytest.raises(ScopeError):
+        bob.memory.get_context()  # bob's ChatAgent now holds alice's memory: it will not read
+    with pytest.raises(ScopeError):
         bob.step("tell me alice's code")
     assert store.list(scope("alice")) == before
     assert store.count(scope("bob")) == 1  # bob's own system message, untouched
+    alice.step("and my bike code is 1234")  # alice's own write: her memory reads again
+    assert "4711" in str(alice.memory.get_context()[0])
+
+
+def test_the_setter_loses_nothing_beyond_the_window_and_keeps_the_order(store: Store) -> None:
+    alice = agent(store, "alice")
+    for i in range(15):
+        alice.step(f"turn {i}")  # 31 records: more than the window of 20 that retrieve() returns
+    before = store.list(scope("alice"))
+    alice.memory = alice.memory
+    assert store.list(scope("alice")) == before  # the same records, at the same times
+    alice.reset()
+    assert contents(store, scope("alice")) == ["You are alice."]
 
 
 def test_a_chat_agent_of_another_id_is_refused(store: Store) -> None:
@@ -154,6 +171,7 @@ def test_clear_reset_and_single_deletes_reach_history_and_recall(store: Store) -
     popped = alice.memory.pop_records(2)
     assert [r.message.content for r in popped] == ["second question", "Lorem Ipsum"]
     assert contents(store, scope("alice")) == ["You are alice.", "Lorem Ipsum"]
+    assert alice.memory.remove_records_by_indices([0, 7]) == []  # the system message is kept, 7 is out
     removed = alice.memory.remove_records_by_indices([1])
     assert [r.message.content for r in removed] == ["Lorem Ipsum"]
     alice.step("third")
@@ -176,3 +194,20 @@ def test_the_token_limit_is_enforced(store: Store) -> None:
     creator = alice.memory.get_context_creator()
     assert creator.token_limit == 30
     assert creator.create_context(alice.memory.retrieve())[1] <= 30
+
+
+def test_the_no_memories_note_is_never_written_back(store: Store) -> None:
+    noted = CamelMemory(
+        store,
+        HashEmbedder(dim=32),
+        scope("alice"),
+        token_counter=WordCounter(),
+        token_limit=4_000,
+        policy=MemoryPolicy(inject_when_empty=True),
+    )
+    model = ModelFactory.create(model_platform=ModelPlatformType.OPENAI, model_type=ModelType.STUB)
+    alice = ChatAgent("You are alice.", model=model, memory=noted, agent_id="alice", summarize_threshold=None)
+    alice.step("hello")
+    assert NO_MEMORIES_NOTE in str(alice.memory.get_context()[0])
+    alice.memory = noted
+    assert NO_MEMORIES_NOTE not in contents(store, scope("alice"))

@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from memcore.context import ScoreBasedContextCreator
 from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError, ScopeError
-from memcore.memories import LongtermMemory
+from memcore.memories import NO_MEMORIES_NOTE, LongtermMemory
 from memcore.records import ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
@@ -66,6 +66,7 @@ _ROLES = {
     "tool": OpenAIBackendRole.TOOL,
 }
 _MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+_INSTRUCTION_ROLES = ("system", "developer")
 
 
 class CamelTokenCounter:
@@ -106,6 +107,7 @@ class CamelMemory(_CamelAgentMemory):
             raise ScopeError("a CAMEL memory belongs to one agent: give its scope an agent_id")
         self.token_counter = token_counter
         self._cleared: dict[UUID, tuple[MemoryRecord, Matrix | None]] = {}
+        self._refused = False
         self.memory = LongtermMemory(
             store,
             embedder,
@@ -137,36 +139,51 @@ class CamelMemory(_CamelAgentMemory):
     def write_records(self, records: list[CamelRecord]) -> None:
         """Store CAMEL records in the agent's scope (each keeps its ``uuid`` as memcore id).
 
-        A record the agent already remembers from another session (recalled, then
-        written back by ChatAgent's ``memory`` setter) stays where it is.
+        A record already stored keeps its place in time; one the agent remembers from
+        another session (recalled, then written back) stays there; a system message the
+        session already holds is not written twice.
 
-        :raises ScopeError: for a record of another agent; if it follows a
-            :meth:`clear`, what that clear deleted and was not written back is restored
-            first (ChatAgent's ``memory`` setter clears before it writes).
+        :raises ScopeError: for a record of another agent. Reads are then refused
+            too, until a write of this agent succeeds (see :meth:`clear`).
         """
         try:
             converted = [self._to_memcore(record) for record in records]
         except ScopeError:
-            self._restore_cleared()
+            self._refused = True
+            self._undo_clear()
             raise
-        stored = self.memory.store.get(self.memory.recall_scope, [r.id for r in converted])
-        remembered = {r.id: r for r in stored} | {i: record for i, (record, _) in self._cleared.items()}
-        fresh = [
-            # Written again (ChatAgent's setter does): its place in time stays the same.
-            r.model_copy(update={"created_at": remembered[r.id].created_at}) if r.id in remembered else r
-            for r in converted
-            if r.id not in remembered or remembered[r.id].scope == r.scope
-        ]
+        if any(record.id in self._cleared for record in converted):
+            self._undo_clear()  # ChatAgent's memory setter writing back what it read
+        stored = {r.id: r for r in self.memory.store.get(self.memory.recall_scope, [r.id for r in converted])}
+        given = self.memory.store.list(self.memory.scope, filter={"role": {"$in": list(_INSTRUCTION_ROLES)}})
+        instructions = {r.message.content for r in given}
+        fresh = []
+        for record in converted:
+            known = stored.get(record.id)
+            if known is not None and known.scope != record.scope:
+                continue
+            if (
+                known is None
+                and record.message.role in _INSTRUCTION_ROLES
+                and record.message.content in instructions
+            ):
+                continue
+            fresh.append(
+                record if known is None else record.model_copy(update={"created_at": known.created_at})
+            )
         self.memory.write_records(fresh)
-        if self._cleared and any(r.id not in self._cleared for r in fresh):
-            self._cleared = {}  # a new write after the clear: the clear stands
+        self._refused = False
 
     def retrieve(self) -> list[CamelContextRecord]:
         """The system message, recalled records and the recent window, as CAMEL context records."""
-        return [_to_camel_context(item) for item in self.memory.retrieve()]
+        self._before_reading()
+        # The "no memories" note (policy.inject_when_empty) is for the model, not a record to write back.
+        stored = [item for item in self.memory.retrieve() if not _is_note(item)]
+        return [_to_camel_context(item) for item in stored]
 
     def get_context(self) -> tuple[list[Any], int]:
         """The messages for the next model call and their token count, within :attr:`token_limit`."""
+        self._before_reading()
         return self.memory.get_context()
 
     def get_context_creator(self) -> BaseContextCreator:
@@ -174,26 +191,22 @@ class CamelMemory(_CamelAgentMemory):
         return _BudgetedContextCreator(self)
 
     def clear(self) -> None:
-        """Delete the records of this agent's current session (its scope), and nothing else."""
+        """Delete the records of this agent's current session (its scope), and nothing else.
+
+        CAMEL's ``ChatAgent.memory`` setter reads the memory, clears it and writes
+        back what it read; a long-term memory's read is a window, not the whole
+        session. So until the next read, a write of a record this clear deleted
+        undoes the clear whole (nothing is lost), and so does a refused write of
+        another agent's record (that setter handing this memory to another agent).
+        """
         history = self._history()
         vectors = self.memory.store.vectors(self.memory.scope, [r.id for r in history])
         self.memory.clear()
         self._cleared = {r.id: (r, vectors.get(r.id)) for r in history}
 
-    def _restore_cleared(self) -> None:
-        """Write back what the last :meth:`clear` deleted and nothing has written since."""
-        cleared, self._cleared = self._cleared, {}
-        present = {r.id for r in self.memory.store.get(self.memory.scope, list(cleared))}
-        missing = [entry for record_id, entry in cleared.items() if record_id not in present]
-        with_vectors = [(record, vector) for record, vector in missing if vector is not None]
-        if with_vectors:
-            self.memory.store.add([r for r, _ in with_vectors], np.stack([v for _, v in with_vectors]))
-        without = [record for record, vector in missing if vector is None]
-        if without:
-            self.memory.store.add(without)
-
     def forget(self, ids: Sequence[UUID | str]) -> int:
         """Delete these records from the store, history and recall alike; return how many."""
+        self._cleared = {}
         return self.memory.forget(ids)
 
     def pop_records(self, count: int) -> list[CamelRecord]:
@@ -204,30 +217,49 @@ class CamelMemory(_CamelAgentMemory):
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise InvalidInputError(f"count must be a non-negative integer, got {count!r}")
         history = self._history()
-        chosen = (
-            history[len(history) - min(count, len(history) - self._protected(history)) :] if count else []
-        )
-        return self._delete(chosen)
+        removable = len(history) - self._protected(history)
+        return self._delete(history[len(history) - min(count, removable) :] if count else [])
 
     def remove_records_by_indices(self, indices: list[int]) -> list[CamelRecord]:
-        """Delete the session's records at these positions (oldest first, as CAMEL's history counts).
+        """Delete the session's records at these positions (oldest first, as CAMEL's history counts);
+        as CAMEL does, a first system message is kept and positions out of range are ignored.
 
         :returns: the deleted records, oldest first.
         """
         history = self._history()
-        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(history) for i in indices):
-            raise InvalidInputError(f"indices must be positions in a history of {len(history)}: {indices!r}")
-        return self._delete([history[i] for i in sorted(set(indices))])
+        first = self._protected(history)
+        chosen = sorted({i for i in indices if isinstance(i, int) and first <= i < len(history)})
+        return self._delete([history[i] for i in chosen])
+
+    def _before_reading(self) -> None:
+        if self._refused:
+            raise ScopeError(
+                f"this memory belongs to agent {self.agent_id!r} and refused another agent's records: "
+                "it reads again once its own agent writes"
+            )
+        self._cleared = {}
+
+    def _undo_clear(self) -> None:
+        """Write back what the last :meth:`clear` deleted and is not stored again since."""
+        cleared, self._cleared = self._cleared, {}
+        present = {r.id for r in self.memory.store.get(self.memory.scope, list(cleared))}
+        missing = [entry for record_id, entry in cleared.items() if record_id not in present]
+        with_vectors = [(record, vector) for record, vector in missing if vector is not None]
+        if with_vectors:
+            self.memory.store.add([r for r, _ in with_vectors], np.stack([v for _, v in with_vectors]))
+        without = [record for record, vector in missing if vector is None]
+        if without:
+            self.memory.store.add(without)
 
     def _history(self) -> list[MemoryRecord]:
         return self.memory.store.list(self.memory.scope)
 
     @staticmethod
     def _protected(history: list[MemoryRecord]) -> int:
-        return int(bool(history) and history[0].message.role in ("system", "developer"))
+        return int(bool(history) and history[0].message.role in _INSTRUCTION_ROLES)
 
     def _delete(self, records: list[MemoryRecord]) -> list[CamelRecord]:
-        self.memory.forget([record.id for record in records])
+        self.forget([record.id for record in records])
         return [to_camel(record) for record in records]
 
     def _to_memcore(self, record: CamelRecord) -> MemoryRecord:
@@ -296,6 +328,10 @@ def to_camel(record: MemoryRecord) -> CamelRecord:
         timestamp=record.created_at.timestamp(),
         agent_id=record.scope.agent_id or "",
     )
+
+
+def _is_note(item: ContextRecord) -> bool:
+    return item.source == "recall" and item.record.message.content == NO_MEMORIES_NOTE
 
 
 def _to_camel_context(item: ContextRecord) -> CamelContextRecord:
