@@ -50,7 +50,6 @@ from memcore_qdrant.filters import (
     IndexKind,
     Match,
     MatchAny,
-    MatchExcept,
     MatchSubstring,
     Range,
     ScopeIs,
@@ -103,8 +102,6 @@ def render_condition(condition: Condition) -> models.Condition:
         match = models.MatchValue(value=condition.value)
     elif isinstance(condition, MatchAny):
         match = models.MatchAny(any=list(condition.values))
-    elif isinstance(condition, MatchExcept):
-        match = models.MatchExcept(**{"except": list(condition.values)})
     else:
         assert isinstance(condition, MatchSubstring)
         match = models.MatchSubstring(substring=condition.substring)

@@ -56,7 +56,6 @@ from memcore_qdrant.filters import (
     IndexKind,
     Match,
     MatchAny,
-    MatchExcept,
     MatchSubstring,
     Range,
     ScopeIs,
@@ -87,8 +86,6 @@ def render_condition(condition: Condition) -> Any:
         match = edge.MatchValue(condition.value)
     elif isinstance(condition, MatchAny):
         match = edge.MatchAny(list(condition.values))  # type: ignore[arg-type]  # str or int, never mixed
-    elif isinstance(condition, MatchExcept):
-        match = edge.MatchExcept(list(condition.values))
     else:
         assert isinstance(condition, MatchSubstring)
         match = edge.MatchSubstring(condition.substring)

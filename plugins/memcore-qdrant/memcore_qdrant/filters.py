@@ -63,14 +63,6 @@ class MatchAny:
 
 
 @dataclass(frozen=True)
-class MatchExcept:
-    """``FieldCondition(key, match=MatchExcept(values))``; used on single-valued, always-present fields."""
-
-    key: str
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class MatchSubstring:
     """``FieldCondition(key, match=MatchSubstring(substring))``: byte-wise, case-sensitive."""
 
@@ -116,7 +108,7 @@ class Clause:
     must_not: tuple[Condition, ...] = ()
 
 
-Condition: TypeAlias = Match | MatchAny | MatchExcept | MatchSubstring | Range | HasId | ScopeIs | Clause
+Condition: TypeAlias = Match | MatchAny | MatchSubstring | Range | HasId | ScopeIs | Clause
 
 NOTHING: Condition = HasId(())
 """A condition no point satisfies."""
@@ -221,7 +213,9 @@ def _keyword_comparison(node: Comparison) -> Condition:
     values = tuple(str(v) for v in _values(node))
     if op == "$in":
         return MatchAny(key, values) if values else NOTHING
-    return MatchExcept(key, values) if values else EVERYTHING
+    # Not Qdrant's MatchExcept: on these always-present fields "not any of" is the same, and Qdrant
+    # answers it from the index, where MatchExcept cost 2-3 ms per recall at 5,000 records a scope.
+    return negate(MatchAny(key, values)) if values else EVERYTHING
 
 
 def _time_comparison(node: Comparison) -> Condition:
