@@ -53,6 +53,7 @@ from memcore_qdrant.filters import (
     MatchSubstring,
     Range,
     ScopeIs,
+    flattened,
 )
 from memcore_qdrant.keywords import KEYWORD_VECTOR, SparseVector, distinct_terms
 
@@ -119,6 +120,7 @@ def render_filter(clause: Clause) -> models.Filter:
 
     A scope in ``must`` becomes one top-level match per scope field, on the keyword indexes.
     """
+    clause = flattened(clause)
     must: list[models.Condition] = []
     for condition in clause.must:
         must += _scope_matches(condition) if isinstance(condition, ScopeIs) else [render_condition(condition)]

@@ -59,6 +59,7 @@ from memcore_qdrant.filters import (
     MatchSubstring,
     Range,
     ScopeIs,
+    flattened,
 )
 from memcore_qdrant.keywords import KEYWORD_VECTOR, SparseVector
 
@@ -94,6 +95,7 @@ def render_condition(condition: Condition) -> Any:
 
 def render_filter(clause: Clause) -> edge.Filter:
     """The qdrant-edge-py ``Filter`` for a clause (an empty clause matches everything)."""
+    clause = flattened(clause)
     return edge.Filter(
         must=[render_condition(c) for c in clause.must] or None,
         should=[render_condition(c) for c in clause.should] or None,

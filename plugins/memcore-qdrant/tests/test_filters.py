@@ -17,9 +17,12 @@ from memcore_qdrant.filters import (
     Clause,
     Condition,
     HasId,
+    Match,
+    MatchAny,
     NeedsExactEvaluation,
     ScopeIs,
     compile_filter,
+    flattened,
     scoped,
 )
 from qdrant_client import models
@@ -81,6 +84,16 @@ def test_no_filter_ever_renders_an_empty_should(spec: dict[str, Any]) -> None:
 def test_empty_in_matches_nothing_rather_than_an_empty_should() -> None:
     assert compile_filter(parse_filter({"metadata.k": {"$in": []}})) == NOTHING  # type: ignore[arg-type]
     assert compile_filter(parse_filter({"role": {"$in": []}})) == NOTHING  # type: ignore[arg-type]
+
+
+def test_nested_must_and_must_not_are_flattened_into_the_top_level() -> None:
+    scope = Scope(tenant="acme", user_id="alice")
+    node = parse_filter({"$and": [{"role": {"$nin": ["system", "tool"]}}, {"kind": "turn"}]})
+    clause = flattened(scoped(scope, compile_filter(node)))  # type: ignore[arg-type]
+    assert clause.must == (ScopeIs((("tenant", "acme"), ("user_id", "alice"))), Match("kind", "turn"))
+    assert clause.must_not == (MatchAny("role", ("system", "tool")),)
+    either = Clause(should=(Match("role", "user"), Match("kind", "fact")))
+    assert flattened(Clause(must=(either,))) == Clause(must=(either,))  # a should stays a clause
 
 
 def test_scope_is_the_top_level_must() -> None:
