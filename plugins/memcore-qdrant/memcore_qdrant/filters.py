@@ -192,6 +192,18 @@ def compile_filter(node: Filter) -> Condition:
     return _metadata_comparison(node)
 
 
+def excludes_only(node: Filter) -> bool:
+    """Whether ``node`` only rules records out: ``$ne``, ``$nin``, ``$not``, or an ``$and`` of these.
+
+    Such a filter usually keeps most of a scope (recall's ``role $nin [system, ...]``),
+    which lets a search check it on the best hits instead of asking Qdrant to
+    (see :meth:`memcore_qdrant.store.QdrantStore._search`).
+    """
+    if isinstance(node, And):
+        return all(excludes_only(clause) for clause in node.clauses)
+    return isinstance(node, Not) or (isinstance(node, Comparison) and node.op in ("$ne", "$nin"))
+
+
 def within(node: Filter | None, after: datetime | None, before: datetime | None) -> Filter | None:
     """``node`` and the exclusive ``created_at`` bounds of ``list(after=..., before=...)``, as one filter.
 

@@ -7,7 +7,9 @@
 
 They differ only in how they connect and in their capabilities. Every read and
 delete sends the scope as top-level ``must`` conditions (:func:`~memcore_qdrant.filters.scoped`);
-a delete by id is ``has_id AND scope``. Point ids are the record UUIDs. Text
+a delete by id is ``has_id AND scope``. A vector search whose filter only
+excludes (recall's roles) checks that filter on the scope's best hits first
+(:meth:`QdrantStore._best_hits_passing`). Point ids are the record UUIDs. Text
 search is a case-insensitive substring match on a case-folded copy of the
 content, done by Qdrant (``MatchSubstring``).
 """
@@ -49,12 +51,16 @@ from memcore_qdrant.filters import (
     Match,
     NeedsExactEvaluation,
     compile_filter,
+    excludes_only,
     metadata_indexes,
     scoped,
     text_contains,
     within,
 )
 from memcore_qdrant.keywords import query_vector
+
+EXCLUSION_HEADROOM = 2
+"""How many times ``limit`` hits a search with an excluding filter reads before checking the filter itself."""
 
 
 def _order_key(record: MemoryRecord) -> tuple[datetime, int]:
@@ -63,6 +69,10 @@ def _order_key(record: MemoryRecord) -> tuple[datetime, int]:
 
 def _records(points: builtins.list[Point]) -> builtins.list[MemoryRecord]:
     return [fields.from_payload(p.payload) for p in points]
+
+
+def _scored(record: MemoryRecord, score: float) -> ScoredRecord:
+    return ScoredRecord.of(record, min(1.0, max(-1.0, score)))
 
 
 class QdrantStore(BaseStore):
@@ -211,18 +221,46 @@ class QdrantStore(BaseStore):
     def _search(
         self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
     ) -> builtins.list[ScoredRecord]:
+        substring = None if text is None else text_contains(text)
         with self._lock, translated("search", self.location):
-            where = self._where(scope, node, None if text is None else text_contains(text))
             if query is None:
+                where = self._where(scope, node, substring)
                 return [ScoredRecord.of(r, 1.0) for r in self._ordered(where, "desc", limit)]
             if self._engine.dimension() is None:
                 # Not dead code: BaseStore.search lets a query through when an embedder is bound
                 # but no vector was written yet, and Qdrant has no ``dense`` vector to search then.
                 return []
-            hits = self._engine.query(query[0].tolist(), where, limit)
-            return [
-                ScoredRecord.of(fields.from_payload(h.payload), min(1.0, max(-1.0, h.score))) for h in hits
-            ]
+            vector = query[0].tolist()
+            if node is not None and excludes_only(node):
+                found = self._best_hits_passing(node, vector, scoped(scope, substring), limit)
+                if found is not None:
+                    return found
+            hits = self._engine.query(vector, self._where(scope, node, substring), limit)
+            return [_scored(fields.from_payload(h.payload), h.score) for h in hits]
+
+    def _best_hits_passing(
+        self, node: Filter, vector: builtins.list[float], where: Clause, limit: int
+    ) -> builtins.list[ScoredRecord] | None:
+        """The ``limit`` best hits of ``where`` that pass ``node``, if they are among its
+        ``EXCLUSION_HEADROOM * limit`` best; ``None`` when too few of those pass.
+
+        For a filter that only excludes: Qdrant Edge checks a ``must_not`` point by point, which
+        made recall's role exclusion 3-4x the cost of the scoped search (2.3 of 3.1 ms at 5,000
+        records a scope), while such a filter usually removes few of the best hits. The filter's
+        ranking is the scope's with some hits left out, so if enough of the best hits pass, they are
+        exactly the filtered search's; when the scope holds fewer hits than were asked for, the
+        ones that pass are all there are.
+        """
+        wanted = EXCLUSION_HEADROOM * limit
+        hits = self._engine.query(vector, where, wanted)
+        passing = []
+        for hit in hits:
+            record = fields.from_payload(hit.payload)
+            if evaluate(node, record):
+                passing.append(_scored(record, hit.score))
+                if len(passing) == limit:
+                    return passing
+        return passing if len(hits) < wanted else None
 
     def _keyword_search(
         self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
