@@ -193,15 +193,17 @@ def compile_filter(node: Filter) -> Condition:
 
 
 def excludes_only(node: Filter) -> bool:
-    """Whether ``node`` only rules records out: ``$ne``, ``$nin``, ``$not``, or an ``$and`` of these.
+    """Whether ``node`` is made of ``$ne`` and ``$nin`` comparisons alone (or an ``$and`` of them).
 
     Such a filter usually keeps most of a scope (recall's ``role $nin [system, ...]``),
     which lets a search check it on the best hits instead of asking Qdrant to
-    (see :meth:`memcore_qdrant.store.QdrantStore._search`).
+    (see :meth:`memcore_qdrant.store.QdrantStore._search`). ``$not`` is left out: it
+    may wrap a selective clause (``$not: {role: user}`` keeps a few percent) or another
+    ``$not``.
     """
     if isinstance(node, And):
         return all(excludes_only(clause) for clause in node.clauses)
-    return isinstance(node, Not) or (isinstance(node, Comparison) and node.op in ("$ne", "$nin"))
+    return isinstance(node, Comparison) and node.op in ("$ne", "$nin")
 
 
 def within(node: Filter | None, after: datetime | None, before: datetime | None) -> Filter | None:

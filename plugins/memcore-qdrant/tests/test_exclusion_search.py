@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 from memcore_qdrant import QdrantStore
-from memcore_qdrant.filters import excludes_only
+from memcore_qdrant.filters import Clause, excludes_only, flattened, scoped, text_contains
+from memcore_qdrant.store import EXCLUSION_MAX_LIMIT
 
 from memcore.filters import FilterSpec, evaluate, parse_filter
 from memcore.records import MemoryRecord
@@ -21,10 +22,17 @@ THEIRS = Scope(tenant="t", user_id="bob")
 QUERIES = random_vectors(12, seed=7)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[QdrantStore]:
-    """80 of alice's records (one in ten a system or developer message), 40 of bob's, all system messages."""
-    with QdrantStore.from_url(f"qdrant://{tmp_path}/store") as opened:
+@pytest.fixture(params=["edge", "local client"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QdrantStore]:
+    """80 of alice's records (one in ten a system or developer message), 40 of bob's, all system
+    messages; on Qdrant Edge and on qdrant-client's local mode (the server's code path)."""
+    path = tmp_path / "store"
+    opened = (
+        QdrantStore.from_url(f"qdrant://{path}")
+        if request.param == "edge"
+        else QdrantStore.open_local_client(path)
+    )
+    with opened:
         roles: list[Any] = [
             "system" if i % 20 == 0 else "developer" if i % 20 == 10 else "user" for i in range(80)
         ]
@@ -35,21 +43,27 @@ def store(tmp_path: Path) -> Iterator[QdrantStore]:
         yield opened
 
 
-def _queries_made(store: QdrantStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that gains the limit of every vector query the store sends to its engine."""
+def _queries_made(store: QdrantStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Clause]]:
+    """A list that gains the limit and the filter of every vector query the store sends to its engine."""
     engine = store._engine
-    limits: list[int] = []
+    sent: list[tuple[int, Clause]] = []
     real_query = engine.query
 
-    def counted(vector: Any, where: Any, limit: int) -> Any:
-        limits.append(limit)
+    def recorded(vector: Any, where: Clause, limit: int) -> Any:
+        sent.append((limit, where))
         return real_query(vector, where, limit)
 
-    monkeypatch.setattr(engine, "query", counted)
-    return limits
+    monkeypatch.setattr(engine, "query", recorded)
+    return sent
 
 
-def _exact(store: QdrantStore, spec: FilterSpec, query: np.ndarray, limit: int) -> list[str]:
+def _limits(sent: list[tuple[int, Clause]]) -> list[int]:
+    return [limit for limit, _ in sent]
+
+
+def _exact(
+    store: QdrantStore, spec: FilterSpec, query: np.ndarray, limit: int, text: str | None = None
+) -> list[str]:
     """The reference: every record of the scope, filtered and ranked by cosine similarity here."""
     records: list[MemoryRecord] = store.list(MINE)
     vectors = store.vectors(MINE, [r.id for r in records])
@@ -58,13 +72,16 @@ def _exact(store: QdrantStore, spec: FilterSpec, query: np.ndarray, limit: int) 
     scored = [
         (float(vectors[r.id] @ unit / np.linalg.norm(vectors[r.id])), r.message.content)
         for r in records
-        if evaluate(node, r)
+        if evaluate(node, r) and (text is None or text.casefold() in r.message.content.casefold())
     ]
     return [content for _, content in sorted(scored, reverse=True)[:limit]]
 
 
-def _found(store: QdrantStore, spec: FilterSpec, query: np.ndarray, limit: int) -> list[str]:
-    return [hit.record.message.content for hit in store.search(MINE, vector=query, filter=spec, limit=limit)]
+def _found(
+    store: QdrantStore, spec: FilterSpec, query: np.ndarray, limit: int, text: str | None = None
+) -> list[str]:
+    hits = store.search(MINE, vector=query, text=text, filter=spec, limit=limit)
+    return [hit.record.message.content for hit in hits]
 
 
 @pytest.mark.parametrize(
@@ -72,39 +89,65 @@ def _found(store: QdrantStore, spec: FilterSpec, query: np.ndarray, limit: int) 
     [
         {"role": {"$nin": ["system", "developer"]}},
         {"role": {"$ne": "developer"}},
-        {"$not": {"metadata.n": {"$lt": 3}}},
+        {"metadata.n": {"$nin": [0, 1, 2]}},
         {"$and": [{"role": {"$ne": "system"}}, {"metadata.n": {"$nin": [1, 2, 3]}}]},
     ],
 )
-def test_an_excluding_filter_is_checked_on_the_best_hits_in_one_query(
+def test_an_excluding_filter_is_checked_on_the_best_hits_of_the_scope(
     store: QdrantStore, spec: FilterSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    limits = _queries_made(store, monkeypatch)
+    sent = _queries_made(store, monkeypatch)
     for query in QUERIES:
         assert _found(store, spec, query, 10) == _exact(store, spec, query, 10)
-    assert limits == [20] * len(QUERIES)
+    assert sent == [(20, scoped(MINE))] * len(QUERIES)  # the scope alone: no must_not reached Qdrant
+
+
+def test_a_text_condition_stays_in_the_first_query(
+    store: QdrantStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec: FilterSpec = {"role": {"$ne": "developer"}}  # "mine 1", "mine 10".."mine 19": one developer
+    sent = _queries_made(store, monkeypatch)
+    for query in QUERIES:
+        found = _found(store, spec, query, 5, text="MINE 1")
+        assert found == _exact(store, spec, query, 5, text="MINE 1")
+        assert len(found) == 5
+    assert sent == [(10, scoped(MINE, text_contains("MINE 1")))] * len(QUERIES)
 
 
 def test_when_too_few_of_the_best_hits_pass_qdrant_filters(
     store: QdrantStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec: FilterSpec = {"role": {"$ne": "user"}}  # 8 of alice's 80 records pass
-    limits = _queries_made(store, monkeypatch)
+    sent = _queries_made(store, monkeypatch)
     for query in QUERIES:
         found = _found(store, spec, query, 5)
         assert found == _exact(store, spec, query, 5)
         assert len(found) == 5
-    assert limits == [10, 5] * len(QUERIES)
+    assert _limits(sent) == [10, 5] * len(QUERIES)
+    assert all(flattened(where).must_not for _, where in sent[1::2])  # the second: Qdrant filters
 
 
 def test_a_scope_smaller_than_the_headroom_is_answered_by_the_first_query(
     store: QdrantStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec: FilterSpec = {"role": {"$ne": "user"}}
-    limits = _queries_made(store, monkeypatch)
+    sent = _queries_made(store, monkeypatch)
     for query in QUERIES:
         assert _found(store, spec, query, 50) == _exact(store, spec, query, 50)  # all 8 that pass
-    assert limits == [100] * len(QUERIES)
+    assert _limits(sent) == [100] * len(QUERIES)
+
+
+@pytest.mark.parametrize(
+    "spec", [{"$not": {"role": {"$in": ["system", "developer"]}}}, {"metadata.n": {"$ne": 3}}]
+)
+def test_a_not_or_a_large_limit_goes_to_qdrant_directly(
+    store: QdrantStore, spec: FilterSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limit = 10 if "$not" in spec else EXCLUSION_MAX_LIMIT + 1
+    sent = _queries_made(store, monkeypatch)
+    for query in QUERIES[:3]:
+        assert _found(store, spec, query, limit) == _exact(store, spec, query, limit)
+    assert _limits(sent) == [limit] * 3
 
 
 def test_the_first_query_never_reaches_another_scope(store: QdrantStore) -> None:
@@ -119,8 +162,10 @@ def test_the_first_query_never_reaches_another_scope(store: QdrantStore) -> None
     [
         ({"role": {"$nin": ["system"]}}, True),
         ({"role": {"$ne": "system"}}, True),
-        ({"$not": {"role": "user"}}, True),
-        ({"$and": [{"role": {"$ne": "system"}}, {"$not": {"kind": "fact"}}]}, True),
+        ({"$and": [{"role": {"$ne": "system"}}, {"kind": {"$nin": ["fact"]}}]}, True),
+        ({"$not": {"role": "user"}}, False),
+        ({"$not": {"$not": {"role": {"$ne": "user"}}}}, False),
+        ({"$and": [{"role": {"$ne": "system"}}, {"$not": {"kind": "fact"}}]}, False),
         ({"role": "user"}, False),
         ({"role": {"$in": ["user"]}}, False),
         ({"$or": [{"role": {"$ne": "system"}}, {"kind": {"$ne": "fact"}}]}, False),
