@@ -34,11 +34,21 @@ def test_quick_bench_writes_json_markdown_and_plots(tmp_path: Path, capsys: obje
     assert len(results["many_tenants"]) == 2
     for loop in results["agent_loop"]:
         assert loop["turns"] == 400 and loop["turns_per_s"] > 0 and loop["get_context"]["p50_ms"] > 0
+        assert loop["recall"] == "hybrid"  # the built-in stores' default
     assert results["machine"]["command"].startswith("memcore")
     table = (out / "results.md").read_text()
     assert "numpy floor" in table and "| memory:// | 5000 |" in table
     for plot in ("latency.png", "selectivity.png", "recall.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_agent_loop_recalls_as_asked(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    arguments = ["bench", "--quick", "--stores", "memory://", "--dim", "32", "--embedder", "hash"]
+    assert main([*arguments, "--recall", "dense", "--out", str(out)]) == 0
+    [loop] = json.loads((out / "results.json").read_text())["agent_loop"]
+    assert loop["recall"] == "dense"
+    assert "| memory:// | dense | 400 |" in (out / "results.md").read_text()
 
 
 def test_locomo_recall_on_a_small_conversation(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from memcore.bench.timing import summary
 from memcore.bench.workloads import opened
 from memcore.embedders.base import Embedder
 from memcore.memories import LongtermMemory
+from memcore.policy import MemoryPolicy
+from memcore.recall import RecallMode, resolved_mode
 from memcore.records import Message
 from memcore.scope import Scope
 from memcore.validation import normalize_rows
@@ -123,15 +125,27 @@ def _timed_contexts(
 
 
 def run_agent_loop(
-    url: str, embedder: Embedder, turns: int, questions: int, progress: Progress, seed: int = 0
+    url: str,
+    embedder: Embedder,
+    turns: int,
+    questions: int,
+    progress: Progress,
+    seed: int = 0,
+    recall: RecallMode = "auto",
 ) -> dict[str, Any]:
-    """Write ``turns`` turns (two agents, in pairs) then ask ``questions``; memcore against the reference."""
+    """Write ``turns`` turns (two agents, in pairs) then ask ``questions``; memcore against the reference.
+
+    :param recall: the memories' :attr:`MemoryPolicy.recall` (``auto``: the store's default).
+    """
     pairs = turns // 4
     chats = [conversation(agent, pairs, seed) for agent in (0, 1)]
     with opened(url) as store:
         memories = [
             LongtermMemory(
-                store, embedder, Scope(tenant="bench", user_id="u", agent_id=f"agent-{a}", session_id="s")
+                store,
+                embedder,
+                Scope(tenant="bench", user_id="u", agent_id=f"agent-{a}", session_id="s"),
+                policy=MemoryPolicy(recall=recall),
             )
             for a in (0, 1)
         ]
@@ -157,6 +171,7 @@ def run_agent_loop(
     written = pairs * 4
     return {
         "store": url,
+        "recall": resolved_mode(recall, store),
         "turns": written,
         "turns_per_s": round(written / seconds["memcore"], 1),
         "reference_turns_per_s": round(written / seconds["reference"], 1),

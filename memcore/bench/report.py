@@ -70,14 +70,15 @@ def markdown_table(results: dict[str, Any]) -> str:
     if results.get("agent_loop"):
         lines += [
             "",
-            "| store | turns | turns/s | reference turns/s | write ratio | get_context p50 | p99 "
+            "| store | recall | turns | turns/s | reference turns/s | write ratio | get_context p50 | p99 "
             "| reference p50 |",
-            "|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for row in results["agent_loop"]:
             context = row["get_context"]
             lines.append(
-                f"| {row['store']} | {row['turns']} | {row['turns_per_s']} | {row['reference_turns_per_s']} "
+                f"| {row['store']} | {row['recall']} | {row['turns']} | {row['turns_per_s']} "
+                f"| {row['reference_turns_per_s']} "
                 f"| {row['write_ratio']:.2f} | {context['p50_ms']:.2f} | {context['p99_ms']:.2f} "
                 f"| {row['reference_get_context']['p50_ms']:.2f} |"
             )

@@ -10,7 +10,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from memcore.bench.agent_loop import run_agent_loop
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
@@ -21,6 +21,7 @@ from memcore.bench.report import locomo_table, markdown_table, write_json, write
 from memcore.bench.workloads import many_tenants, run_store
 from memcore.errors import InvalidInputError
 from memcore.plugins import open_embedder, store_classes
+from memcore.recall import RecallMode
 
 EMBEDDED_FORMS = {
     "memory": "memory://",
@@ -67,6 +68,12 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--embedder",
         default="sentence-transformers/all-MiniLM-L6-v2",
         help="embedder of the agent-loop workload",
+    )
+    parser.add_argument(
+        "--recall",
+        choices=get_args(RecallMode),
+        default="auto",
+        help="how the agent loop's memories recall (default: the store's own default)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes and few queries: a smoke run")
     parser.set_defaults(run=run)
@@ -166,7 +173,8 @@ def _run_workloads(args: argparse.Namespace, results: dict[str, Any], bars: Prog
         embedder = open_embedder(args.embedder)
         questions = 20 if args.quick else 200
         results["agent_loop"] = [
-            run_agent_loop(url, embedder, turns, questions, bars.labelled(url)) for url in stores
+            run_agent_loop(url, embedder, turns, questions, bars.labelled(url), recall=args.recall)
+            for url in stores
         ]
 
 
