@@ -15,6 +15,7 @@ record back from the destination to check it.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ def export(store: Store, scope: Scope, out: IO[str], progress: Progress = _no_pr
     header = {
         "format": FORMAT,
         "scope": None if scope.is_everything else scope.model_dump(exclude_none=True),
-        "vector_space": _space_json(store.vector_space()),
+        "vector_space": _as_json(store.vector_space()),
     }
     out.write(json.dumps(header) + "\n")
     written = 0
@@ -174,7 +175,7 @@ def import_entries(
                 f"the export does not say which embedder its vectors come from, and the destination holds "
                 f"vectors of {bound.embedder}: pass that embedder to embed the records again"
             )
-        _add_as_stored(store, batch)
+        add_entries(store, batch)
         with_vectors += sum(vector is not None for _, vector in batch)
         batch.clear()
 
@@ -236,8 +237,8 @@ def migrate(
     return outcome
 
 
-def _add_as_stored(store: Store, batch: Sequence[tuple[MemoryRecord, Vector | None]]) -> None:
-    """``add`` the batch: the records with vectors in one call, those without in another."""
+def add_entries(store: Store, batch: Sequence[tuple[MemoryRecord, Vector | None]]) -> None:
+    """``add`` records as they were stored: those with vectors in one call, those without in another."""
     vectored = [(record, vector) for record, vector in batch if vector is not None]
     plain = [record for record, vector in batch if vector is None]
     if vectored:
@@ -302,8 +303,8 @@ def _decode(text: object, number: int) -> Matrix | None:
     return np.frombuffer(raw, dtype="<f4").astype(np.float32)
 
 
-def _space_json(space: VectorSpace | None) -> dict[str, Any] | None:
-    return None if space is None else {"embedder": space.embedder, "dimension": space.dimension}
+def _as_json(space: VectorSpace | None) -> dict[str, Any] | None:
+    return None if space is None else dataclasses.asdict(space)
 
 
 def _space(data: object) -> VectorSpace | None:

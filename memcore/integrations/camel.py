@@ -29,11 +29,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 from uuid import UUID
-
-import numpy as np
 
 try:
     from camel.memories import AgentMemory as _CamelAgentMemory
@@ -53,6 +50,7 @@ from memcore.memories import NO_MEMORIES_NOTE, LongtermMemory
 from memcore.records import ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
+from memcore.transfer import add_entries
 from memcore.validation import Matrix
 
 CAMEL_RECORD_KEY = "camel_record"
@@ -243,13 +241,9 @@ class CamelMemory(_CamelAgentMemory):
         """Write back what the last :meth:`clear` deleted and is not stored again since."""
         cleared, self._cleared = self._cleared, {}
         present = {r.id for r in self.memory.store.get(self.memory.scope, list(cleared))}
-        missing = [entry for record_id, entry in cleared.items() if record_id not in present]
-        with_vectors = [(record, vector) for record, vector in missing if vector is not None]
-        if with_vectors:
-            self.memory.store.add([r for r, _ in with_vectors], np.stack([v for _, v in with_vectors]))
-        without = [record for record, vector in missing if vector is None]
-        if without:
-            self.memory.store.add(without)
+        add_entries(
+            self.memory.store, [entry for record_id, entry in cleared.items() if record_id not in present]
+        )
 
     def _history(self) -> list[MemoryRecord]:
         return self.memory.store.list(self.memory.scope)
@@ -336,7 +330,7 @@ def _is_note(item: ContextRecord) -> bool:
 
 def _to_camel_context(item: ContextRecord) -> CamelContextRecord:
     # CAMEL orders context by this timestamp: memcore's order (created_at), not "now".
-    timestamp = datetime.timestamp(item.record.created_at)
+    timestamp = item.record.created_at.timestamp()
     return CamelContextRecord(memory_record=to_camel(item.record), score=item.score, timestamp=timestamp)
 
 
