@@ -86,3 +86,18 @@ def memcore_bench_raw_client(url: str) -> RawClient | None:
     :returns: a :class:`memcore.bench.raw.RawClient`, or ``None`` if this plugin
         has no baseline for the URL (the next plugin is asked).
     """
+
+
+@hookspec(firstresult=True)
+def memcore_bench_discard(url: str) -> bool | None:
+    """Drop the table or collection a ``memcore bench`` run made on a server.
+
+    Called by ``memcore bench`` after it closed a store opened at ``url``, when the user's URL
+    asked for a fresh name (``{name}``, as in ``postgresql://host/db?table={name}``), so that
+    benchmark runs leave nothing behind on the user's server. The first plugin returning a
+    value wins. Import the client library inside the implementation.
+
+    :param url: the URL the store was opened with, ``{name}`` already replaced.
+    :returns: ``True`` once this plugin dropped what the store made there, or ``None`` if the
+        URL is not one this plugin can clean up (the next plugin is asked).
+    """

@@ -11,6 +11,7 @@ from uuid import UUID
 import pytest
 
 from memcore import hookimpl
+from memcore.bench.workloads import opened
 from memcore.cli import main
 from memcore.plugins import get_plugin_manager
 from memcore.records import MemoryRecord
@@ -159,3 +160,15 @@ def test_bench_reports_adapter_overhead_where_a_raw_client_exists(
     assert [row["store"] for row in overhead] == ["memory://"], "jsonl has no raw client"
     assert all(overhead[0][op]["ratio"] > 0 for op in ("add", "search", "get", "delete"))
     assert "| memory:// | " in (out / "results.md").read_text().split("Adapter overhead")[1]
+
+
+def test_a_fresh_name_no_plugin_can_drop_is_reported(tmp_path: Path) -> None:
+    with pytest.warns(UserWarning, match="remove it yourself"), opened(f"jsonl://{tmp_path}/{{name}}"):
+        pass
+    assert [p.name[:14] for p in tmp_path.iterdir()] == ["memcore_bench_"]  # what was left, as warned
+
+
+def test_a_fresh_folder_needs_no_drop(tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
+    with opened("jsonl://{tmp}/{name}"):
+        pass
+    assert not [w for w in recwarn if "remove it yourself" in str(w.message)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ import pytest
 import memcore
 from memcore import builtin_plugins, hookspecs
 from memcore.bench.raw import raw_client
+from memcore.bench.workloads import opened
 from memcore.embedders.base import Embedder
 from memcore.embedders.hashing import MAX_DIM, HashEmbedder
 from memcore.errors import InvalidInputError, PluginError, UnknownPluginError
@@ -88,6 +90,28 @@ def test_hook_memcore_bench_raw_client(register_plugin: Callable[[object, str], 
     register_plugin(_Baseline(), "baseline")
     assert raw_client("memory://") is baseline
     assert raw_client("jsonl:///tmp/x") is None
+
+
+def test_hook_memcore_bench_discard(
+    register_plugin: Callable[[object, str], None], tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    discarded: list[str] = []
+
+    class _Dropper:
+        @hookimpl
+        def memcore_bench_discard(self, url: str) -> bool | None:
+            if not url.startswith("jsonl://"):
+                return None
+            discarded.append(url)
+            shutil.rmtree(url.removeprefix("jsonl://"))
+            return True
+
+    register_plugin(_Dropper(), "dropper")
+    with opened(f"jsonl://{tmp_path}/{{name}}"):
+        [made] = list(tmp_path.iterdir())
+    assert discarded == [f"jsonl://{made}"] and made.name.startswith("memcore_bench_")
+    assert not list(tmp_path.iterdir())
+    assert not [w for w in recwarn if "remove it yourself" in str(w.message)]
 
 
 def test_hook_memcore_register_embedders(stub_plugin: Any) -> None:
@@ -638,7 +662,7 @@ def test_importing_memcore_is_cheap() -> None:
 
 
 def test_hookspecs_exist() -> None:
-    assert ["memcore_bench_raw_client", *REGISTRATION_HOOKS] == HOOK_NAMES
+    assert ["memcore_bench_discard", "memcore_bench_raw_client", *REGISTRATION_HOOKS] == HOOK_NAMES
 
 
 @pytest.mark.parametrize("hook_name", HOOK_NAMES)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID, uuid4
@@ -31,7 +32,7 @@ from memcore.bench.floor import ExactFloor
 from memcore.bench.progress import Progress
 from memcore.bench.rss import PeakRss
 from memcore.bench.timing import sample, summary
-from memcore.plugins import open_store
+from memcore.plugins import get_plugin_manager, open_store
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
@@ -48,13 +49,24 @@ def fresh(url: str, folder: str) -> str:
 
 @contextlib.contextmanager
 def opened(url: str) -> Iterator[Store]:
-    """Open ``url`` made :func:`fresh` (a temporary folder for ``{tmp}``, removed afterwards)."""
+    """Open ``url`` made :func:`fresh`; afterwards remove the temporary folder of ``{tmp}`` and
+    have the store's plugin drop the table or collection of ``{name}`` (:func:`discard`)."""
     with tempfile.TemporaryDirectory(prefix="memcore-bench-") as folder:
-        store = open_store(fresh(url, folder + "/store"))
+        made = fresh(url, folder + "/store")
+        store = open_store(made)
         try:
             yield store
         finally:
             store.close()
+            if "{name}" in url and "{tmp}" not in url:
+                discard(made)
+
+
+def discard(url: str) -> None:
+    """Drop what a store opened at ``url`` made on its server (``memcore_bench_discard`` hook);
+    warn when no plugin can, so that the user knows a table or collection was left behind."""
+    if get_plugin_manager().hook.memcore_bench_discard(url=url) is None:
+        warnings.warn(f"memcore bench: no plugin drops what {url} made; remove it yourself", stacklevel=2)
 
 
 def insert(store: Store, dataset: Dataset, progress: Progress) -> tuple[list[UUID], float]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memcore import hookimpl
 from memcore.store import BaseStore
+from memcore_chroma.opening import DEFAULT_COLLECTION
 from memcore_chroma.store import ChromaHttpStore, ChromaMemoryStore, ChromaStore
 
 if TYPE_CHECKING:
@@ -32,3 +34,24 @@ def memcore_bench_raw_client(url: str) -> RawChroma | None:
 
     location, _ = embedded_path(url)
     return RawChroma(Path(location))
+
+
+@hookimpl
+def memcore_bench_discard(url: str) -> bool | None:
+    """Drop the collection a bench run made on a Chroma server (``chroma+http://...?collection=``)."""
+    if not url.startswith(("chroma+http://", "chroma+https://")):
+        return None
+    from chromadb.errors import NotFoundError
+
+    from memcore_chroma import connection, urls
+    from memcore_chroma.errors import translated
+
+    address, params = urls.server_address(url)
+    name = params.get("collection", DEFAULT_COLLECTION)
+    server = connection.http(address.host, address.port, address.ssl, address.tenant, address.database)
+    try:
+        with translated(f"dropping the collection {name!r}"), contextlib.suppress(NotFoundError):
+            server.client.delete_collection(name)
+    finally:
+        server.release()
+    return True

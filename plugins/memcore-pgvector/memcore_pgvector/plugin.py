@@ -30,3 +30,23 @@ def memcore_bench_raw_client(url: str) -> RawPsycopg | None:
 
     conninfo, table = connection_target(url)
     return RawPsycopg(conninfo, table)
+
+
+@hookimpl
+def memcore_bench_discard(url: str) -> bool | None:
+    """Drop the records table (and its meta table) a bench run made at ``postgresql://...?table=``."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return None
+    import psycopg
+
+    from memcore_pgvector.errors import translated
+    from memcore_pgvector.schema import Tables
+    from memcore_pgvector.store import CONNECT_SECONDS, connection_target, redacted
+
+    conninfo, table = connection_target(url)
+    with (
+        translated(f"dropping the table {table}", redacted(conninfo)),
+        psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_SECONDS) as connection,
+    ):
+        Tables(table).drop(connection)
+    return True

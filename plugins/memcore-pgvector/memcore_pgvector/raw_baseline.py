@@ -106,6 +106,5 @@ class RawPsycopg:
 
     def close(self) -> None:
         """Drop the baseline's tables and disconnect."""
-        for table in (self._tables.records, self._tables.meta):
-            self._connection.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+        self._tables.drop(self._connection)
         self._connection.close()

@@ -132,6 +132,11 @@ class Tables:
                 ).format(self.meta)
                 connection.execute(write, [Jsonb(SCHEMA_VERSION)])
 
+    def drop(self, connection: psycopg.Connection[Any]) -> None:
+        """Drop the records table and its meta table, if they exist (their indexes go with them)."""
+        for table in (self.records, self.meta):
+            connection.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+
     def fix_dimension(self, dimension: int) -> list[sql.Composed]:
         """Type the embedding column ``vector(dimension)`` and index it (HNSW, cosine)."""
         return [

@@ -97,7 +97,7 @@ class PgvectorStore(BaseStore):
         super().__init__()
         self._tables = Tables(table)
         self._conninfo = conninfo
-        self.location = _redacted(conninfo)
+        self.location = redacted(conninfo)
         with translated("open the store", self.location):
             with psycopg.connect(conninfo, connect_timeout=CONNECT_SECONDS) as connection:
                 self._tables.migrate(connection, self.location)
@@ -401,7 +401,7 @@ def connection_target(url: str) -> tuple[str, str]:
     return urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), parts.fragment)), table
 
 
-def _redacted(conninfo: str) -> str:
+def redacted(conninfo: str) -> str:
     """The connection string without its password (in the URI's user part or a ``password=``
     parameter), for messages."""
     try:
