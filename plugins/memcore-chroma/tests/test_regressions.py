@@ -229,21 +229,33 @@ def test_a_failed_add_changes_no_metadata(monkeypatch: pytest.MonkeyPatch) -> No
 # -- 4, 5. reads and deletes that another writer races --------------------------
 
 
+@pytest.mark.parametrize(
+    ("between", "limit", "filter_spec"),
+    [
+        ("listing ids", 10, None),  # few matches: ids, then the records
+        ("sampling times", 1, None),  # more than 2 x limit: ids, their times, the records
+        ("listing records", 10, {"metadata.n": {"$lt": 2**60}}),  # not exact: metadata, then records
+    ],
+)
 def test_list_with_a_limit_never_returns_a_record_moved_to_another_scope(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, between: str, limit: int, filter_spec: dict[str, Any] | None
 ) -> None:
     a, b = Scope(tenant="a"), Scope(tenant="b")
     with ChromaMemoryStore() as store:
         mine, gone = make_record(a, "mine", minute=1), make_record(a, "deleted", minute=2)
-        store.add([mine, gone])
+        mine, gone = (r.model_copy(update={"metadata": {"n": 1}}) for r in (mine, gone))
+        old = make_record(a, "old", minute=0)
+        store.add([mine, gone, old])
 
-        def race() -> None:  # between list's metadata read and its document read
+        def race() -> None:  # between list's first reads and its document read
             monkeypatch.undo()
             store.delete(a, [mine.id, gone.id])
             store.add([_moved(mine, b, "tenant b's secret")])
 
-        _after_call(monkeypatch, store, "listing records", race)
-        assert store.list(a, limit=10) == []
+        _after_call(monkeypatch, store, between, race)
+        listed = store.list(a, filter=filter_spec, limit=limit)
+        assert store.list(b), "the race did not run"
+        assert listed == ([] if filter_spec else [old])
 
 
 def test_delete_never_removes_a_record_moved_to_another_scope(monkeypatch: pytest.MonkeyPatch) -> None:

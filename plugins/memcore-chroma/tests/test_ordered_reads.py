@@ -1,0 +1,92 @@
+"""Ordered reads with a limit (a memory's recent window) read only the newest or oldest records.
+
+Chroma cannot order by a field; the store bounds the read by the times of the records inserted
+last (or first). These tests insert records out of time order, beside another scope's records,
+so that a bound taken from insertion order alone would give a wrong answer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from memcore_chroma.store import LISTING_SAMPLE, ChromaStore
+
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+
+MINE, OTHER = Scope(tenant="t", user_id="me"), Scope(tenant="t", user_id="other")
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ChromaStore]:
+    opened = ChromaStore(tmp_path / "chroma")
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _records(scope: Scope, minutes: list[int]) -> list[MemoryRecord]:
+    return [
+        MemoryRecord(
+            scope=scope,
+            message=Message(role="user" if m % 3 else "assistant", content=f"turn at minute {m}"),
+            created_at=START + timedelta(minutes=m),
+        )
+        for m in minutes
+    ]
+
+
+def _expected(records: list[MemoryRecord], descending: bool, limit: int, **match: Any) -> list[MemoryRecord]:
+    kept = [r for r in records if all(getattr(r.message, k) == v for k, v in match.items())]
+    return sorted(kept, key=lambda r: (r.created_at, r.id), reverse=descending)[:limit]
+
+
+@pytest.mark.parametrize("insertion", ["in time order", "newest first", "shuffled", "oldest last"])
+@pytest.mark.parametrize("order", ["desc", "asc"])
+def test_limited_reads_match_a_full_sort(
+    store: ChromaStore, insertion: str, order: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minutes = list(range(300))
+    if insertion == "newest first":
+        minutes.reverse()
+    elif insertion == "shuffled":
+        random.Random(7).shuffle(minutes)
+    elif insertion == "oldest last":
+        minutes = minutes[1:] + minutes[:1]
+    mine = _records(MINE, minutes)
+    other = _records(OTHER, [m + 1_000 for m in range(300)])  # newer, inserted in between
+    for start in range(0, 300, 50):
+        store.add(mine[start : start + 50])
+        store.add(other[start : start + 50])
+    actions: list[str] = []
+    call = ChromaStore._call
+
+    def recorded(self: ChromaStore, action: str, operation: Any) -> Any:
+        actions.append(action)
+        return call(self, action, operation)
+
+    monkeypatch.setattr(ChromaStore, "_call", recorded)
+    for limit in (1, 10, 20, 149):
+        got = store.list(MINE, order=order, limit=limit)  # type: ignore[arg-type]
+        assert got == _expected(mine, order == "desc", limit)
+    assert "sampling times" in actions, "the bounded read was not used"
+    by_role = store.list(MINE, filter={"role": "assistant"}, order=order, limit=10)  # type: ignore[arg-type]
+    assert by_role == _expected(mine, order == "desc", 10, role="assistant")
+
+
+def test_bounds_and_small_results(store: ChromaStore) -> None:
+    mine = _records(MINE, list(range(100)))
+    store.add(mine)
+    middle = START + timedelta(minutes=50)
+    assert store.list(MINE, order="desc", limit=5, before=middle) == _expected(mine[:50], True, 5)
+    assert store.list(MINE, order="asc", limit=5, after=middle) == _expected(mine[51:], False, 5)
+    small = LISTING_SAMPLE * 100  # more than there are: read whole
+    assert store.list(MINE, order="desc", limit=small) == _expected(mine, True, small)
+    assert store.list(OTHER, order="desc", limit=5) == []
