@@ -18,6 +18,7 @@ case-sensitive.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -26,9 +27,16 @@ from uuid import UUID, uuid4
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
-from chromadb.errors import NotFoundError
+from chromadb.api.types import GetResult
+from chromadb.errors import InternalError, NotFoundError
 
-from memcore.errors import DimensionMismatchError, EmbedderMismatchError, IdConflictError, InvalidInputError
+from memcore.errors import (
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    IdConflictError,
+    InvalidInputError,
+    StoreError,
+)
 from memcore.filters import Filter
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
@@ -81,6 +89,12 @@ PAGE_SIZE = 1_000
 MIN_OVERFETCH = 64
 """Candidates fetched at least when a search must post-filter; then 4 times more per round."""
 
+EXACT_SCOPE = 500
+"""A vector search whose ``where`` selects at most this many records ranks them exactly with numpy."""
+
+REMEMBERED_WHERES = 10_000
+"""How many ``where`` clauses found larger than :data:`EXACT_SCOPE` a store remembers."""
+
 LISTING_SAMPLE = 2
 """An ordered read with a limit first times the ``LISTING_SAMPLE * limit`` records inserted last
 (or first) to bound what it reads (see :meth:`ChromaStoreBase._newest_or_oldest`)."""
@@ -95,6 +109,26 @@ def _order_key(record: MemoryRecord) -> tuple[datetime, UUID]:
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _ranked(
+    found: GetResult, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
+) -> list[ScoredRecord]:
+    """The ``limit`` best of the records ``found`` holds (with their vectors) that are ``wanted``,
+    by cosine similarity computed with numpy (vectors are stored unit-length)."""
+    if not found["ids"]:
+        return []
+    vectors = np.asarray(found["embeddings"], dtype=np.float32)
+    scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
+    hits: list[ScoredRecord] = []
+    documents = found["documents"] or []
+    for row in np.argsort(-scores, kind="stable"):
+        record = decode(found["ids"][row], documents[row])
+        if wanted(record):
+            hits.append(ScoredRecord.of(record, float(scores[row])))
+            if len(hits) == limit:
+                break
+    return hits
 
 
 class ChromaStoreBase(BaseStore):
@@ -115,6 +149,7 @@ class ChromaStoreBase(BaseStore):
         self._connection = chroma
         self._name = collection
         self._meta: Meta = {}
+        self._large_wheres: set[str] = set()
         try:
             check_dimension(dimension)
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
@@ -455,6 +490,9 @@ class ChromaStoreBase(BaseStore):
         if not self._indexes_vectors_of(query.shape[1]):
             return []
         where = self._where(scope, compiled, {VECTOR_KEY: True})
+        small = self._search_if_small(where, query, wanted, limit)
+        if small is not None:
+            return small
         fetch = limit if compiled.exact and text is None else max(limit * 4, MIN_OVERFETCH)
         while True:
             found = self._call(
@@ -495,6 +533,37 @@ class ChromaStoreBase(BaseStore):
             return True
         return int_value(self._fresh_meta(), META_INDEX_DIMENSION) in (None, dimension)
 
+    def _search_if_small(
+        self, where: Where | None, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
+    ) -> list[ScoredRecord] | None:
+        """The exact hits when ``where`` selects at most :data:`EXACT_SCOPE` records, else ``None``.
+
+        Under a selective ``where`` Chroma's HNSW search crawls the graph for allowed points and
+        can stop short of the best ones; a small scope's vectors are read and ranked with numpy
+        instead, exact and faster. A ``where`` found larger is remembered, so that its next
+        searches go to HNSW without reading again (a scope that shrinks later stays there).
+        """
+        key = json.dumps(where, sort_keys=True)
+        if key in self._large_wheres:
+            return None
+        try:
+            found = self._call(
+                "reading a small scope",
+                lambda c: c.get(where=where, include=["embeddings", "documents"], limit=EXACT_SCOPE + 1),
+            )
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, InternalError):
+                raise
+            # A Chroma server fails this read ("Error finding id") when another client deletes one of
+            # the records meanwhile; HNSW's path copes with that.
+            return None
+        if len(found["ids"]) > EXACT_SCOPE:
+            if len(self._large_wheres) >= REMEMBERED_WHERES:
+                self._large_wheres.clear()
+            self._large_wheres.add(key)
+            return None
+        return _ranked(found, query, wanted, limit)
+
     def _exact_search(
         self, where: Where | None, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
     ) -> list[ScoredRecord]:
@@ -502,19 +571,7 @@ class ChromaStoreBase(BaseStore):
         found = self._call(
             "searching exactly", lambda c: c.get(where=where, include=["embeddings", "documents"])
         )
-        if not found["ids"]:
-            return []
-        vectors = np.asarray(found["embeddings"], dtype=np.float32)
-        scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
-        hits: list[ScoredRecord] = []
-        documents = found["documents"] or []
-        for row in np.argsort(-scores, kind="stable"):
-            record = decode(found["ids"][row], documents[row])
-            if wanted(record):
-                hits.append(ScoredRecord.of(record, float(scores[row])))
-                if len(hits) == limit:
-                    break
-        return hits
+        return _ranked(found, query, wanted, limit)
 
     # -- rebuilding, erasure and closing ---------------------------------------
 
