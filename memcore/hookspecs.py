@@ -89,8 +89,8 @@ def memcore_bench_raw_client(url: str) -> RawClient | None:
 
 
 @hookspec(firstresult=True)
-def memcore_bench_discard(url: str) -> bool | None:
-    """Drop the table or collection a ``memcore bench`` run made on a server.
+def memcore_bench_discard(url: str, name: str) -> bool | None:
+    """Drop the table or collection ``name`` that a ``memcore bench`` run made on a server.
 
     Called by ``memcore bench`` after it closed a store opened at ``url``, when the user's URL
     asked for a fresh name (``{name}``, as in ``postgresql://host/db?table={name}``), so that
@@ -98,6 +98,9 @@ def memcore_bench_discard(url: str) -> bool | None:
     value wins. Import the client library inside the implementation.
 
     :param url: the URL the store was opened with, ``{name}`` already replaced.
-    :returns: ``True`` once this plugin dropped what the store made there, or ``None`` if the
-        URL is not one this plugin can clean up (the next plugin is asked).
+    :param name: the fresh name the run chose. Drop only a table or collection of exactly this
+        name: ``{name}`` may stand elsewhere in the URL, which then names a table of the user's.
+    :returns: ``True`` once this plugin dropped it, ``False`` if ``url`` is one of this plugin's
+        but does not name ``name`` as its table or collection (nothing is dropped), or ``None``
+        if the URL is not one this plugin can clean up (the next plugin is asked).
     """

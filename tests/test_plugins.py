@@ -99,17 +99,17 @@ def test_hook_memcore_bench_discard(
 
     class _Dropper:
         @hookimpl
-        def memcore_bench_discard(self, url: str) -> bool | None:
+        def memcore_bench_discard(self, url: str, name: str) -> bool | None:
             if not url.startswith("jsonl://"):
                 return None
-            discarded.append(url)
+            discarded.append(name)
             shutil.rmtree(url.removeprefix("jsonl://"))
             return True
 
     register_plugin(_Dropper(), "dropper")
     with opened(f"jsonl://{tmp_path}/{{name}}"):
         [made] = list(tmp_path.iterdir())
-    assert discarded == [f"jsonl://{made}"] and made.name.startswith("memcore_bench_")
+    assert discarded == [made.name] and made.name.startswith("memcore_bench_")
     assert not list(tmp_path.iterdir())
     assert not [w for w in recwarn if "remove it yourself" in str(w.message)]
 

@@ -32,6 +32,7 @@ from memcore.bench.floor import ExactFloor
 from memcore.bench.progress import Progress
 from memcore.bench.rss import PeakRss
 from memcore.bench.timing import sample, summary
+from memcore.errors import MemcoreError
 from memcore.plugins import get_plugin_manager, open_store
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
@@ -41,10 +42,15 @@ BATCH = 1_000
 K = 10
 
 
-def fresh(url: str, folder: str) -> str:
-    """``url`` with ``{tmp}`` replaced by ``folder`` and ``{name}`` by a name no run used before
-    (for a table or collection on a server: ``postgresql://host/db?table={name}``)."""
-    return url.replace("{tmp}", folder).replace("{name}", f"memcore_bench_{uuid4().hex[:12]}")
+def fresh(url: str, folder: str, name: str | None = None) -> str:
+    """``url`` with ``{tmp}`` replaced by ``folder`` and ``{name}`` by ``name``, by default a name no
+    run used before (for a table or collection on a server: ``postgresql://host/db?table={name}``)."""
+    return url.replace("{tmp}", folder).replace("{name}", name or fresh_name())
+
+
+def fresh_name() -> str:
+    """A table or collection name no run used before: ``memcore_bench_`` and 12 hex digits."""
+    return f"memcore_bench_{uuid4().hex[:12]}"
 
 
 @contextlib.contextmanager
@@ -52,21 +58,37 @@ def opened(url: str) -> Iterator[Store]:
     """Open ``url`` made :func:`fresh`; afterwards remove the temporary folder of ``{tmp}`` and
     have the store's plugin drop the table or collection of ``{name}`` (:func:`discard`)."""
     with tempfile.TemporaryDirectory(prefix="memcore-bench-") as folder:
-        made = fresh(url, folder + "/store")
+        name = fresh_name()
+        made = fresh(url, folder + "/store", name)
         store = open_store(made)
         try:
             yield store
         finally:
-            store.close()
-            if "{name}" in url and "{tmp}" not in url:
-                discard(made)
+            try:
+                store.close()
+            finally:
+                if "{name}" in url and "{tmp}" not in url:
+                    discard(made, name)
 
 
-def discard(url: str) -> None:
-    """Drop what a store opened at ``url`` made on its server (``memcore_bench_discard`` hook);
-    warn when no plugin can, so that the user knows a table or collection was left behind."""
-    if get_plugin_manager().hook.memcore_bench_discard(url=url) is None:
-        warnings.warn(f"memcore bench: no plugin drops what {url} made; remove it yourself", stacklevel=2)
+def discard(url: str, name: str) -> None:
+    """Have the plugin of ``url`` drop the table or collection ``name`` a run made there
+    (``memcore_bench_discard`` hook); warn, rather than raise, when it is left behind."""
+    scheme = url.partition(":")[0]
+    try:
+        dropped = get_plugin_manager().hook.memcore_bench_discard(url=url, name=name)
+    except MemcoreError as exc:
+        warnings.warn(f"memcore bench: could not drop {name} ({exc}); remove it yourself", stacklevel=2)
+        return
+    if dropped is None:
+        warnings.warn(
+            f"memcore bench: no plugin drops {name} from a {scheme} store; remove it yourself", stacklevel=2
+        )
+    elif not dropped:
+        warnings.warn(
+            f"memcore bench: {name} is not the {scheme} store's table or collection, so nothing was dropped",
+            stacklevel=2,
+        )
 
 
 def insert(store: Store, dataset: Dataset, progress: Progress) -> tuple[list[UUID], float]:

@@ -37,8 +37,9 @@ def memcore_bench_raw_client(url: str) -> RawChroma | None:
 
 
 @hookimpl
-def memcore_bench_discard(url: str) -> bool | None:
-    """Drop the collection a bench run made on a Chroma server (``chroma+http://...?collection=``)."""
+def memcore_bench_discard(url: str, name: str) -> bool | None:
+    """Drop the collection ``name`` a bench run made on a Chroma server (``chroma+http://...?collection=name``);
+    any other collection is left alone."""
     if not url.startswith(("chroma+http://", "chroma+https://")):
         return None
     from chromadb.errors import NotFoundError
@@ -47,10 +48,15 @@ def memcore_bench_discard(url: str) -> bool | None:
     from memcore_chroma.errors import translated
 
     address, params = urls.server_address(url)
-    name = params.get("collection", DEFAULT_COLLECTION)
+    if params.get("collection", DEFAULT_COLLECTION) != name:
+        return False
     server = connection.http(address.host, address.port, address.ssl, address.tenant, address.database)
     try:
-        with translated(f"dropping the collection {name!r}"), contextlib.suppress(NotFoundError):
+        with (
+            translated(f"dropping the collection {name!r}"),
+            server.reading(),
+            contextlib.suppress(NotFoundError),
+        ):
             server.client.delete_collection(name)
     finally:
         server.release()

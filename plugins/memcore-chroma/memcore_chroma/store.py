@@ -18,7 +18,10 @@ case-sensitive.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -111,6 +114,30 @@ def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
+class RecentKeys:
+    """A thread-safe set of at most ``capacity`` keys, forgetting the least recently added or seen."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._keys: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: bytes) -> bool:
+        with self._lock:
+            if key not in self._keys:
+                return False
+            self._keys.move_to_end(key)
+            return True
+
+    def add(self, key: bytes) -> None:
+        """Remember ``key``, forgetting the oldest key when full."""
+        with self._lock:
+            self._keys[key] = None
+            self._keys.move_to_end(key)
+            if len(self._keys) > self._capacity:
+                self._keys.popitem(last=False)
+
+
 def _ranked(
     found: GetResult, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
 ) -> list[ScoredRecord]:
@@ -123,6 +150,8 @@ def _ranked(
     hits: list[ScoredRecord] = []
     documents = found["documents"] or []
     for row in np.argsort(-scores, kind="stable"):
+        if documents[row] is None:
+            continue  # deleted by another client between Chroma's lookup and its read
         record = decode(found["ids"][row], documents[row])
         if wanted(record):
             hits.append(ScoredRecord.of(record, float(scores[row])))
@@ -149,7 +178,7 @@ class ChromaStoreBase(BaseStore):
         self._connection = chroma
         self._name = collection
         self._meta: Meta = {}
-        self._large_wheres: set[str] = set()
+        self._large_wheres = RecentKeys(REMEMBERED_WHERES)
         try:
             check_dimension(dimension)
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
@@ -451,8 +480,9 @@ class ChromaStoreBase(BaseStore):
         record (0.2 s for a 5,000-record agent's window). Its ids come in insertion order, about
         4 us each: the last (or first) ``LISTING_SAMPLE * limit`` inserted give a time bound that
         at least that many records reach, and every record beyond the bound is read, so the answer
-        does not depend on that order: records inserted out of time order only make the read larger.
-        No more matches than that are read whole.
+        does not depend on that order: records inserted far out of time order (an import of old
+        records last) make the read larger, up to every match, about what sorting them all cost.
+        No more than ``LISTING_SAMPLE * limit`` matches are read whole.
         """
         ids = self._call("listing ids", lambda c: c.get(where=where, include=[]))["ids"]
         size = LISTING_SAMPLE * limit
@@ -462,8 +492,8 @@ class ChromaStoreBase(BaseStore):
         # Read without ``where`` (by id, cheap): only their times are used, as the bound.
         sampled = self._call("sampling times", lambda c: c.get(ids=sample, include=["metadatas"]))
         times = [int(meta[CREATED_AT_KEY]) for meta in sampled["metadatas"] or []]  # type: ignore[arg-type]
-        if len(times) < limit:
-            return None  # deleted meanwhile
+        if not times:
+            return None  # all deleted meanwhile
         bound: Where = (
             {CREATED_AT_KEY: {"$gte": min(times)}} if descending else {CREATED_AT_KEY: {"$lte": max(times)}}
         )
@@ -540,27 +570,26 @@ class ChromaStoreBase(BaseStore):
 
         Under a selective ``where`` Chroma's HNSW search crawls the graph for allowed points and
         can stop short of the best ones; a small scope's vectors are read and ranked with numpy
-        instead, exact and faster. A ``where`` found larger is remembered, so that its next
-        searches go to HNSW without reading again (a scope that shrinks later stays there).
+        instead, exact and faster. Its size is learnt from its ids (cheap); a ``where`` found
+        larger is remembered (the last :data:`REMEMBERED_WHERES`), so that its next searches go to
+        HNSW without that read (a scope that shrinks later stays there while remembered).
         """
-        key = json.dumps(where, sort_keys=True)
+        key = hashlib.blake2b(json.dumps(where, sort_keys=True).encode(), digest_size=16).digest()
         if key in self._large_wheres:
+            return None
+        sized = self._call("sizing a scope", lambda c: c.get(where=where, include=[], limit=EXACT_SCOPE + 1))
+        if len(sized["ids"]) > EXACT_SCOPE:
+            self._large_wheres.add(key)
             return None
         try:
             found = self._call(
-                "reading a small scope",
-                lambda c: c.get(where=where, include=["embeddings", "documents"], limit=EXACT_SCOPE + 1),
+                "reading a small scope", lambda c: c.get(where=where, include=["embeddings", "documents"])
             )
         except StoreError as exc:
             if not isinstance(exc.__cause__, InternalError):
                 raise
             # A Chroma server fails this read ("Error finding id") when another client deletes one of
             # the records meanwhile; HNSW's path copes with that.
-            return None
-        if len(found["ids"]) > EXACT_SCOPE:
-            if len(self._large_wheres) >= REMEMBERED_WHERES:
-                self._large_wheres.clear()
-            self._large_wheres.add(key)
             return None
         return _ranked(found, query, wanted, limit)
 

@@ -30,7 +30,16 @@ def test_a_fresh_collection_is_dropped_after_the_run(chroma_server: ChromaServer
     assert _bench_collections(chroma_server) == before
 
 
+def test_only_the_named_collection_is_dropped(chroma_server: ChromaServer) -> None:
+    from memcore_chroma.plugin import memcore_bench_discard
+
+    assert memcore_bench_discard(chroma_server.url + "?collection=theirs", "memcore_bench_x") is False
+    assert memcore_bench_discard(chroma_server.url, "memcore_bench_x") is False  # the default collection
+    gone = "memcore_bench_0123456789ab"
+    assert memcore_bench_discard(chroma_server.url + f"?collection={gone}", gone) is True  # already gone
+
+
 def test_no_discard_for_embedded_stores() -> None:
     from memcore_chroma.plugin import memcore_bench_discard
 
-    assert memcore_bench_discard("chroma:///tmp/x?collection=c") is None
+    assert memcore_bench_discard("chroma:///tmp/x?collection=c", "c") is None

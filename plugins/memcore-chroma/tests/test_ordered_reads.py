@@ -77,6 +77,7 @@ def test_limited_reads_match_a_full_sort(
         got = store.list(MINE, order=order, limit=limit)  # type: ignore[arg-type]
         assert got == _expected(mine, order == "desc", limit)
     assert "sampling times" in actions, "the bounded read was not used"
+    assert "listing records" not in actions, "the bounded read fell back to sorting every match"
     by_role = store.list(MINE, filter={"role": "assistant"}, order=order, limit=10)  # type: ignore[arg-type]
     assert by_role == _expected(mine, order == "desc", 10, role="assistant")
 
@@ -90,3 +91,16 @@ def test_bounds_and_small_results(store: ChromaStore) -> None:
     small = LISTING_SAMPLE * 100  # more than there are: read whole
     assert store.list(MINE, order="desc", limit=small) == _expected(mine, True, small)
     assert store.list(OTHER, order="desc", limit=5) == []
+
+
+def test_records_of_one_moment_are_ordered_by_id(store: ChromaStore) -> None:
+    same = [
+        MemoryRecord(scope=MINE, message=Message(role="user", content=f"tie {i}"), created_at=START)
+        for i in range(60)
+    ]
+    later = _records(MINE, [1, 2])
+    store.add(later + same)  # the ties inserted last, then read with a bound equal to their time
+    for order in ("desc", "asc"):
+        for limit in (3, 10):
+            got = store.list(MINE, order=order, limit=limit)  # type: ignore[arg-type]
+            assert got == _expected(later + same, order == "desc", limit)

@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from chromadb.errors import InternalError
 from memcore_chroma import store as chroma_store
-from memcore_chroma.store import ChromaStore
+from memcore_chroma.store import ChromaStore, RecentKeys
 
+from memcore.errors import StoreError
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 
@@ -77,11 +79,54 @@ def test_small_scopes_are_ranked_exactly(store: ChromaStore, actions: list[str])
     assert [h.record.id for h in evens] == [i for i in ranked if "even" in by_id[i].message.content][:5]
 
 
+def test_a_filter_chroma_cannot_apply_exactly_is_checked_on_the_small_scope(store: ChromaStore) -> None:
+    scope = Scope(tenant="t", user_id="big-numbers")
+    records, vectors = _fill(store, scope, 30, seed=3)
+    big = 2**60  # beyond 2**53: Chroma compares floats, the store checks the exact value in Python
+    numbered = [r.model_copy(update={"metadata": {"n": big + i}}) for i, r in enumerate(records)]
+    store.add(numbered, vectors)
+    query = vectors[0]
+    hits = store.search(scope, vector=query, filter={"metadata.n": {"$gte": big + 15}}, limit=5)
+    ranked = _exact(numbered, vectors, query, len(numbered))
+    number = {r.id: r.metadata["n"] for r in numbered}
+    assert [h.record.id for h in hits] == [i for i in ranked if number[i] >= big + 15][:5]
+
+
 def test_a_large_scope_goes_to_hnsw_and_is_remembered(store: ChromaStore, actions: list[str]) -> None:
     large = Scope(tenant="t", user_id="large")
     _fill(store, large, SMALL + 20, seed=1)
     query = np.ones(DIM, dtype=np.float32) / np.sqrt(DIM)
     assert len(store.search(large, vector=query, limit=10)) == 10
-    assert actions.count("reading a small scope") == 1 and actions.count("searching") == 1
+    assert actions.count("sizing a scope") == 1 and actions.count("searching") == 1
     assert len(store.search(large, vector=query, limit=10)) == 10
-    assert actions.count("reading a small scope") == 1 and actions.count("searching") == 2
+    assert actions.count("sizing a scope") == 1 and actions.count("searching") == 2
+    assert "reading a small scope" not in actions
+
+
+def test_a_server_read_racing_a_delete_falls_back_to_hnsw(
+    store: ChromaStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = Scope(tenant="t", user_id="raced")
+    records, vectors = _fill(store, scope, 10, seed=5)
+    call = ChromaStore._call
+
+    def failing(self: ChromaStore, action: str, operation: Any) -> Any:
+        if action == "reading a small scope":
+            try:
+                raise InternalError("Error executing plan: Internal error: Error finding id")
+            except InternalError as exc:
+                raise StoreError("Chroma failed while reading a small scope") from exc
+        return call(self, action, operation)
+
+    monkeypatch.setattr(ChromaStore, "_call", failing)
+    hits = store.search(scope, vector=vectors[3], limit=3)
+    assert hits[0].record.id == records[3].id
+
+
+def test_recent_keys_forget_the_least_recently_seen() -> None:
+    keys = RecentKeys(2)
+    keys.add(b"a")
+    keys.add(b"b")
+    assert b"a" in keys  # seen: now the most recent
+    keys.add(b"c")
+    assert b"a" in keys and b"c" in keys and b"b" not in keys

@@ -33,8 +33,9 @@ def memcore_bench_raw_client(url: str) -> RawPsycopg | None:
 
 
 @hookimpl
-def memcore_bench_discard(url: str) -> bool | None:
-    """Drop the records table (and its meta table) a bench run made at ``postgresql://...?table=``."""
+def memcore_bench_discard(url: str, name: str) -> bool | None:
+    """Drop the records table ``name`` (and its meta table) a bench run made at
+    ``postgresql://...?table=name``; any other table is left alone."""
     if not url.startswith(("postgresql://", "postgres://")):
         return None
     import psycopg
@@ -44,6 +45,8 @@ def memcore_bench_discard(url: str) -> bool | None:
     from memcore_pgvector.store import CONNECT_SECONDS, connection_target, redacted
 
     conninfo, table = connection_target(url)
+    if table != name:
+        return False
     with (
         translated(f"dropping the table {table}", redacted(conninfo)),
         psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_SECONDS) as connection,
