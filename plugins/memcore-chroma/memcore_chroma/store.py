@@ -18,10 +18,6 @@ case-sensitive.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -30,16 +26,9 @@ from uuid import UUID, uuid4
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
-from chromadb.api.types import GetResult
-from chromadb.errors import InternalError, NotFoundError
+from chromadb.errors import NotFoundError
 
-from memcore.errors import (
-    DimensionMismatchError,
-    EmbedderMismatchError,
-    IdConflictError,
-    InvalidInputError,
-    StoreError,
-)
+from memcore.errors import DimensionMismatchError, EmbedderMismatchError, IdConflictError, InvalidInputError
 from memcore.filters import Filter
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
@@ -92,18 +81,6 @@ PAGE_SIZE = 1_000
 MIN_OVERFETCH = 64
 """Candidates fetched at least when a search must post-filter; then 4 times more per round."""
 
-EXACT_SCOPE = 100
-"""A vector search whose ``where`` selects at most this many records ranks them exactly with numpy.
-
-Reading a record's vector and document from Chroma costs ~50 us, so beyond about 100 records HNSW's
-filtered search is usually faster (``memcore bench``'s adapter overhead with 500 here, scopes of 50 to
-1,000 records: 32 ms a search against raw HNSW's 18 ms), while in a 100-record scope of 100,000
-records HNSW took 160 ms.
-"""
-
-REMEMBERED_WHERES = 10_000
-"""How many ``where`` clauses found larger than :data:`EXACT_SCOPE` a store remembers."""
-
 LISTING_SAMPLE = 2
 """An ordered read with a limit first times the ``LISTING_SAMPLE * limit`` records inserted last
 (or first) to bound what it reads (see :meth:`ChromaStoreBase._newest_or_oldest`)."""
@@ -118,52 +95,6 @@ def _order_key(record: MemoryRecord) -> tuple[datetime, UUID]:
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-class RecentKeys:
-    """A thread-safe set of at most ``capacity`` keys, forgetting the least recently added or seen."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._keys: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __contains__(self, key: bytes) -> bool:
-        with self._lock:
-            if key not in self._keys:
-                return False
-            self._keys.move_to_end(key)
-            return True
-
-    def add(self, key: bytes) -> None:
-        """Remember ``key``, forgetting the oldest key when full."""
-        with self._lock:
-            self._keys[key] = None
-            self._keys.move_to_end(key)
-            if len(self._keys) > self._capacity:
-                self._keys.popitem(last=False)
-
-
-def _ranked(
-    found: GetResult, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
-) -> list[ScoredRecord]:
-    """The ``limit`` best of the records ``found`` holds (with their vectors) that are ``wanted``,
-    by cosine similarity computed with numpy (vectors are stored unit-length)."""
-    if not found["ids"]:
-        return []
-    vectors = np.asarray(found["embeddings"], dtype=np.float32)
-    scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
-    hits: list[ScoredRecord] = []
-    documents = found["documents"] or []
-    for row in np.argsort(-scores, kind="stable"):
-        if documents[row] is None:
-            continue  # deleted by another client between Chroma's lookup and its read
-        record = decode(found["ids"][row], documents[row])
-        if wanted(record):
-            hits.append(ScoredRecord.of(record, float(scores[row])))
-            if len(hits) == limit:
-                break
-    return hits
 
 
 class ChromaStoreBase(BaseStore):
@@ -184,7 +115,6 @@ class ChromaStoreBase(BaseStore):
         self._connection = chroma
         self._name = collection
         self._meta: Meta = {}
-        self._large_wheres = RecentKeys(REMEMBERED_WHERES)
         try:
             check_dimension(dimension)
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
@@ -526,9 +456,6 @@ class ChromaStoreBase(BaseStore):
         if not self._indexes_vectors_of(query.shape[1]):
             return []
         where = self._where(scope, compiled, {VECTOR_KEY: True})
-        small = self._search_if_small(where, query, wanted, limit)
-        if small is not None:
-            return small
         fetch = limit if compiled.exact and text is None else max(limit * 4, MIN_OVERFETCH)
         while True:
             found = self._call(
@@ -569,38 +496,6 @@ class ChromaStoreBase(BaseStore):
             return True
         return int_value(self._fresh_meta(), META_INDEX_DIMENSION) in (None, dimension)
 
-    def _search_if_small(
-        self, where: Where | None, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
-    ) -> list[ScoredRecord] | None:
-        """The exact hits when ``where`` selects at most :data:`EXACT_SCOPE` records, else ``None``.
-
-        Under a selective ``where`` Chroma's HNSW search crawls the graph for allowed points and
-        can stop short of the best ones; a small scope's vectors are read and ranked with numpy
-        instead, exact and faster. One read of up to ``EXACT_SCOPE + 1`` records tells; a ``where``
-        found larger is remembered (the last :data:`REMEMBERED_WHERES`), so that its next searches
-        go to HNSW without that read (a scope that shrinks later stays there while remembered).
-        Two reads (ids, then vectors) cost Chroma's evaluation of the ``where`` twice, which at
-        10,000 records is most of a small scope's search.
-        """
-        key = hashlib.blake2b(json.dumps(where, sort_keys=True).encode(), digest_size=16).digest()
-        if key in self._large_wheres:
-            return None
-        try:
-            found = self._call(
-                "reading a small scope",
-                lambda c: c.get(where=where, include=["embeddings", "documents"], limit=EXACT_SCOPE + 1),
-            )
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, InternalError):
-                raise
-            # A Chroma server fails this read ("Error finding id") when another client deletes one of
-            # the records meanwhile; HNSW's path copes with that.
-            return None
-        if len(found["ids"]) > EXACT_SCOPE:
-            self._large_wheres.add(key)
-            return None
-        return _ranked(found, query, wanted, limit)
-
     def _exact_search(
         self, where: Where | None, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
     ) -> list[ScoredRecord]:
@@ -608,7 +503,19 @@ class ChromaStoreBase(BaseStore):
         found = self._call(
             "searching exactly", lambda c: c.get(where=where, include=["embeddings", "documents"])
         )
-        return _ranked(found, query, wanted, limit)
+        if not found["ids"]:
+            return []
+        vectors = np.asarray(found["embeddings"], dtype=np.float32)
+        scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
+        hits: list[ScoredRecord] = []
+        documents = found["documents"] or []
+        for row in np.argsort(-scores, kind="stable"):
+            record = decode(found["ids"][row], documents[row])
+            if wanted(record):
+                hits.append(ScoredRecord.of(record, float(scores[row])))
+                if len(hits) == limit:
+                    break
+        return hits
 
     # -- rebuilding, erasure and closing ---------------------------------------
 
