@@ -30,10 +30,10 @@ def memcore_bench_raw_client(url: str) -> RawChroma | None:
     if not url.startswith("chroma://"):
         return None
     from memcore_chroma.raw_baseline import RawChroma
-    from memcore_chroma.urls import embedded_path
+    from memcore_chroma.urls import ef_search_param, embedded_path
 
-    location, _ = embedded_path(url)
-    return RawChroma(Path(location))
+    location, params = embedded_path(url)
+    return RawChroma(Path(location), ef_search_param(params))
 
 
 @hookimpl

@@ -22,7 +22,7 @@ from memcore.scope import Scope
 from memcore.validation import Matrix
 from memcore_chroma.connection import client_settings
 from memcore_chroma.encoding import VECTOR_KEY, Where, all_of, encode, flat_metadata, scope_clauses
-from memcore_chroma.opening import COSINE
+from memcore_chroma.opening import configuration
 from memcore_chroma.recovery import keep_whole_log
 
 
@@ -35,15 +35,16 @@ def _scoped(scope: Scope, *extra: Where) -> Where | None:
 
 
 class RawChroma:
-    """A chromadb collection in ``path``, used the way the store uses it, without memcore."""
+    """A chromadb collection in ``path``, used the way the store uses it, without memcore
+    (with the store URL's ``ef_search``)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, ef_search: int | None = None) -> None:
         # Configured as the store configures its folders: Chroma's log kept whole (see recovery).
         chromadb.PersistentClient(path=str(path), settings=client_settings()).close()  # type: ignore[attr-defined]
         keep_whole_log(path)
         self._client = chromadb.PersistentClient(path=str(path), settings=client_settings())
         self._collection = self._client.create_collection(
-            "bench", configuration=COSINE, embedding_function=None
+            "bench", configuration=configuration(ef_search), embedding_function=None
         )
 
     def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> dict[str, Any]:

@@ -53,7 +53,6 @@ from memcore_chroma.encoding import (
 from memcore_chroma.errors import ExclusiveMaintenanceError, translated
 from memcore_chroma.filters import CompiledFilter, compile_filter
 from memcore_chroma.opening import (
-    COSINE,
     DEFAULT_COLLECTION,
     META_DIMENSION,
     META_EMBEDDER,
@@ -61,7 +60,10 @@ from memcore_chroma.opening import (
     REBUILD_SUFFIX,
     Meta,
     check_collection_name,
+    check_ef_search,
     checked_metadata,
+    configuration,
+    ef_search_of,
     find,
     int_value,
     open_collection,
@@ -105,29 +107,50 @@ class ChromaStoreBase(BaseStore):
         a valid name (:func:`~memcore_chroma.opening.check_collection_name`).
     :param dimension: fix the vector dimension up front; an existing collection
         of another dimension raises :class:`~memcore.errors.DimensionMismatchError`.
+    :param ef_search: the candidates Chroma's HNSW search explores (Chroma's default: 100), a
+        setting of the collection (:meth:`_set_ef_search`); ``None`` leaves it as it is.
     """
 
     rebuilds_safely: ClassVar[bool] = True
     """Whether this process is the collection's only user, so that a rebuild loses no one's writes."""
 
-    def __init__(self, chroma: Connection, collection: str, dimension: int | None) -> None:
+    def __init__(
+        self, chroma: Connection, collection: str, dimension: int | None, ef_search: int | None = None
+    ) -> None:
         super().__init__()
         self._connection = chroma
         self._name = collection
         self._meta: Meta = {}
         try:
             check_dimension(dimension)
+            check_ef_search(ef_search)
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
                 with chroma.reading():
                     self._generation = chroma.generation
-                    self._collection = open_collection(chroma.client, collection, create=True)
+                    self._collection = open_collection(
+                        chroma.client, collection, create=True, ef_search=ef_search
+                    )
                     self._meta = dict(self._collection.metadata or {})
                     meta = checked_metadata(self._collection, collection, dimension)
                 if meta != self._meta:
                     self._write_meta(meta)
+                if ef_search is not None and ef_search_of(self._collection) != ef_search:
+                    self._set_ef_search(ef_search)
         except BaseException:
             chroma.release()
             raise
+
+    def _set_ef_search(self, ef_search: int) -> None:
+        """Change the collection's ``ef_search`` (hold the write lock).
+
+        Chroma reads it when it loads a collection's index, and keeps a loaded index as it is: the
+        embedded client is therefore restarted, so that this process searches with the new value
+        at once. A server applies it when it next loads the index (after a restart).
+        """
+        with self._connection.reading():
+            self._handle().modify(configuration={"hnsw": {"ef_search": ef_search}})
+        with self._connection.exclusive():
+            self._connection.restart(lambda: None)
 
     # -- the collection and its metadata -------------------------------------
 
@@ -534,8 +557,10 @@ class ChromaStoreBase(BaseStore):
             client, old = chroma.client, self._handle()
             if find(client, copy_name) is not None:
                 client.delete_collection(copy_name)
+            # The copy keeps the collection's ef_search, the one HNSW setting memcore lets users change.
+            settings = configuration(ef_search_of(old))
             copy = client.create_collection(
-                copy_name, configuration=COSINE, metadata=meta, embedding_function=None
+                copy_name, configuration=settings, metadata=meta, embedding_function=None
             )
             offset = 0
             while True:
@@ -633,6 +658,7 @@ class ChromaStore(ChromaStoreBase):
     :param path: the persist directory; created if missing.
     :param collection: the collection name (default ``memcore``).
     :param dimension: fix the vector dimension up front.
+    :param ef_search: set the collection's HNSW ``ef_search`` (kept with the collection).
     """
 
     name: ClassVar[str] = "chroma"
@@ -640,19 +666,26 @@ class ChromaStore(ChromaStoreBase):
     capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True)
 
     def __init__(
-        self, path: str | Path, *, collection: str = DEFAULT_COLLECTION, dimension: int | None = None
+        self,
+        path: str | Path,
+        *,
+        collection: str = DEFAULT_COLLECTION,
+        dimension: int | None = None,
+        ef_search: int | None = None,
     ) -> None:
         check_collection_name(collection)
-        super().__init__(connection.persistent(Path(path)), collection, dimension)
+        super().__init__(connection.persistent(Path(path)), collection, dimension, ef_search)
 
     @classmethod
     def from_url(cls, url: str) -> Self:
-        """Open ``chroma:///abs/path`` or ``chroma://rel/path`` (``?collection=``, ``?dimension=``)."""
+        """Open ``chroma:///abs/path`` or ``chroma://rel/path`` (``?collection=``, ``?dimension=``,
+        ``?ef_search=``)."""
         location, params = urls.embedded_path(url)
         return cls(
             location,
             collection=params.get("collection", DEFAULT_COLLECTION),
             dimension=urls.dimension_param(params),
+            ef_search=urls.ef_search_param(params),
         )
 
 
@@ -699,6 +732,8 @@ class ChromaHttpStore(ChromaStoreBase):
     :param address: the server, tenant and database.
     :param collection: the collection name (default ``memcore``).
     :param dimension: fix the vector dimension up front.
+    :param ef_search: set the collection's HNSW ``ef_search`` (kept with the collection; a running
+        server applies a change to an existing collection when it next loads its index).
     """
 
     name: ClassVar[str] = "chroma-http"
@@ -712,25 +747,28 @@ class ChromaHttpStore(ChromaStoreBase):
         *,
         collection: str = DEFAULT_COLLECTION,
         dimension: int | None = None,
+        ef_search: int | None = None,
     ) -> None:
         check_collection_name(collection)
         super().__init__(
             connection.http(address.host, address.port, address.ssl, address.tenant, address.database),
             collection,
             dimension,
+            ef_search,
         )
 
     @classmethod
     def from_url(cls, url: str) -> Self:
         """Open ``chroma+http(s)://host:port``.
 
-        Parameters: ``?collection=``, ``?dimension=``, ``?tenant=``, ``?database=``.
+        Parameters: ``?collection=``, ``?dimension=``, ``?ef_search=``, ``?tenant=``, ``?database=``.
         """
         address, params = urls.server_address(url)
         return cls(
             address,
             collection=params.get("collection", DEFAULT_COLLECTION),
             dimension=urls.dimension_param(params),
+            ef_search=urls.ef_search_param(params),
         )
 
     def purge(self) -> None:

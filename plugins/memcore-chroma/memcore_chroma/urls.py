@@ -6,8 +6,9 @@
 ``chroma+http://host:port``               a Chroma server (``HttpClient``); ``chroma+https://``
 ========================================  ==========================================
 
-Query parameters: ``collection`` (default ``memcore``) and ``dimension`` for
-the embedded and server forms, plus ``tenant`` and ``database`` for a server.
+Query parameters: ``collection`` (default ``memcore``), ``dimension`` and
+``ef_search`` for the embedded and server forms, plus ``tenant`` and
+``database`` for a server.
 """
 
 from __future__ import annotations
@@ -50,22 +51,35 @@ def split_query(url: str, allowed: frozenset[str]) -> tuple[str, dict[str, str]]
     return base, params
 
 
+def _positive_int(params: dict[str, str], name: str) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    number = int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else 0
+    if number < 1:
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+    return number
+
+
 def dimension_param(params: dict[str, str]) -> int | None:
     """The ``dimension`` parameter as an int, if given.
 
     :raises InvalidInputError: if it is not a positive integer.
     """
-    value = params.get("dimension")
-    if value is None:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise InvalidInputError(f"dimension must be a positive integer, got {value!r}")
-    return int(value)
+    return _positive_int(params, "dimension")
+
+
+def ef_search_param(params: dict[str, str]) -> int | None:
+    """The ``ef_search`` parameter (HNSW candidates a search explores) as an int, if given.
+
+    :raises InvalidInputError: if it is not a positive integer (the store checks its range).
+    """
+    return _positive_int(params, "ef_search")
 
 
 def embedded_path(url: str) -> tuple[str, dict[str, str]]:
     """The folder and parameters of ``chroma:///abs/path`` or ``chroma://rel/path``."""
-    base, params = split_query(url, frozenset({"collection", "dimension"}))
+    base, params = split_query(url, frozenset({"collection", "dimension", "ef_search"}))
     location = base.removeprefix("chroma://")
     if location == base or not location:
         raise InvalidInputError(f"expected chroma:///path or chroma://relative/path, got {url!r}")
@@ -74,7 +88,7 @@ def embedded_path(url: str) -> tuple[str, dict[str, str]]:
 
 def server_address(url: str) -> tuple[ServerAddress, dict[str, str]]:
     """The server and parameters of ``chroma+http(s)://host[:port][/]``."""
-    base, params = split_query(url, frozenset({"collection", "dimension", "tenant", "database"}))
+    base, params = split_query(url, frozenset({"collection", "dimension", "ef_search", "tenant", "database"}))
     parts = urlsplit(base)
     if (
         parts.scheme not in ("chroma+http", "chroma+https")
