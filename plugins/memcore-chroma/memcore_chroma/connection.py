@@ -13,6 +13,8 @@ locks do not exclude Python's ``sqlite3``. So every call into a client holds
 its :class:`ReadWriteLock` shared, and ``purge()`` holds it exclusive while it
 closes the client, runs ``VACUUM`` and reopens the client
 (:meth:`Connection.restart`); stores then fetch their collection handles anew.
+Opening a store with a changed ``ef_search`` restarts the client the same way,
+so that Chroma reloads the indexes it had loaded with the old value.
 """
 
 from __future__ import annotations

@@ -29,11 +29,12 @@ def memcore_bench_raw_client(url: str) -> RawChroma | None:
     """Raw chromadb on a folder, for the embedded form ``chroma://PATH`` only."""
     if not url.startswith("chroma://"):
         return None
+    from memcore_chroma.opening import check_ef_search
     from memcore_chroma.raw_baseline import RawChroma
     from memcore_chroma.urls import ef_search_param, embedded_path
 
     location, params = embedded_path(url)
-    return RawChroma(Path(location), ef_search_param(params))
+    return RawChroma(Path(location), check_ef_search(ef_search_param(params)))
 
 
 @hookimpl

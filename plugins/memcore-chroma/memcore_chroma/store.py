@@ -102,6 +102,9 @@ def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 class ChromaStoreBase(BaseStore):
     """What the three Chroma stores share: everything but connecting.
 
+    Subclasses check their arguments before they connect (a refused value must not create a
+    folder or take its lock).
+
     :param chroma: the client to use; released by :meth:`close`.
     :param collection: the collection holding this store's records (created if missing);
         a valid name (:func:`~memcore_chroma.opening.check_collection_name`).
@@ -122,8 +125,6 @@ class ChromaStoreBase(BaseStore):
         self._name = collection
         self._meta: Meta = {}
         try:
-            check_dimension(dimension)
-            check_ef_search(ef_search)
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
                 with chroma.reading():
                     self._generation = chroma.generation
@@ -149,8 +150,9 @@ class ChromaStoreBase(BaseStore):
         """
         with self._connection.reading():
             self._handle().modify(configuration={"hnsw": {"ef_search": ef_search}})
-        with self._connection.exclusive():
-            self._connection.restart(lambda: None)
+        if self._connection.persist_path is not None:
+            with self._connection.exclusive():
+                self._connection.restart(lambda: None)
 
     # -- the collection and its metadata -------------------------------------
 
@@ -674,6 +676,8 @@ class ChromaStore(ChromaStoreBase):
         ef_search: int | None = None,
     ) -> None:
         check_collection_name(collection)
+        check_dimension(dimension)
+        check_ef_search(ef_search)
         super().__init__(connection.persistent(Path(path)), collection, dimension, ef_search)
 
     @classmethod
@@ -703,6 +707,7 @@ class ChromaMemoryStore(ChromaStoreBase):
     capabilities: ClassVar[Capabilities] = Capabilities(durable=False, ann=True)
 
     def __init__(self, *, dimension: int | None = None) -> None:
+        check_dimension(dimension)
         super().__init__(connection.ephemeral(), f"memcore-{uuid4().hex}", dimension)
 
     @classmethod
@@ -750,6 +755,8 @@ class ChromaHttpStore(ChromaStoreBase):
         ef_search: int | None = None,
     ) -> None:
         check_collection_name(collection)
+        check_dimension(dimension)
+        check_ef_search(ef_search)
         super().__init__(
             connection.http(address.host, address.port, address.ssl, address.tenant, address.database),
             collection,

@@ -12,7 +12,7 @@ from conftest import drop_collection
 from memcore_chroma import ChromaHttpStore, ChromaStore, connection
 from memcore_chroma.opening import MAX_EF_SEARCH, ef_search_of
 from memcore_chroma.plugin import memcore_bench_raw_client
-from memcore_chroma.urls import ef_search_param, embedded_path, server_address
+from memcore_chroma.urls import ServerAddress, ef_search_param, embedded_path, server_address
 
 from memcore.errors import InvalidInputError
 from memcore.scope import Scope
@@ -51,6 +51,11 @@ def test_the_parameter_is_parsed_and_checked(tmp_path: Path) -> None:
     for wrong in (0, MAX_EF_SEARCH + 1, True, 2.5, "100"):
         with pytest.raises(InvalidInputError, match="ef_search"):
             ChromaStore(tmp_path / "db", ef_search=wrong)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="ef_search"):
+            ChromaHttpStore(ServerAddress("127.0.0.1", 1, ssl=False), ef_search=wrong)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="ef_search"):
+        memcore_bench_raw_client(f"chroma://{tmp_path}/raw?ef_search={MAX_EF_SEARCH + 1}")
+    assert list(tmp_path.iterdir()) == []  # refused before anything was made
 
 
 def test_a_refused_value_leaves_the_collection_as_it_was(tmp_path: Path) -> None:
@@ -100,7 +105,10 @@ def test_the_raw_baseline_uses_the_same_setting(tmp_path: Path) -> None:
     assert raw is not None
     raw.close()
     client = chromadb.PersistentClient(path=str(tmp_path / "raw"), settings=connection.client_settings())
-    assert ef_search_of(client.get_collection("bench", embedding_function=None)) == 333
+    try:
+        assert ef_search_of(client.get_collection("bench", embedding_function=None)) == 333
+    finally:
+        client.close()  # type: ignore[attr-defined]  # on chromadb's Client, not on ClientAPI
 
 
 def test_a_server_collection_gets_the_setting(chroma_server: ChromaServer, collection_name: str) -> None:
