@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from memcore_chroma import ChromaMemoryStore, ChromaStore, connection
-from memcore_chroma.urls import ServerAddress, embedded_path, server_address
+from memcore_chroma.urls import ServerAddress, dimension_param, embedded_path, server_address
 
 from memcore import open_store
 from memcore.errors import (
@@ -54,6 +54,9 @@ def test_url_parsing() -> None:
             server_address(bad)
     with pytest.raises(InvalidInputError):
         ChromaMemoryStore.from_url("chroma+memory://somewhere")
+    for dimension in ("0", "-3", "x", "²", "9" * 5000):  # "²" is a digit to str.isdigit; int() refuses it
+        with pytest.raises(InvalidInputError, match="dimension"):
+            dimension_param(embedded_path(f"chroma:///db?dimension={dimension}")[1])
 
 
 def test_invalid_collection_names_are_refused(tmp_path: Path) -> None:
