@@ -88,6 +88,16 @@ class StoreLockedError(StoreError):
     """Another process (or another open store object) holds this store's path."""
 
 
+class StoreForkedError(StoreError):
+    """The store object was opened in another process, which this one was forked from.
+
+    An embedded engine's files, locks and caches belong to the process that opened them, so a
+    forked child (a gunicorn ``--preload`` worker, a celery prefork worker) refuses to use them
+    rather than corrupt them; open the store again in the child (a ``post_fork`` hook). Stores
+    that talk to a server reconnect in the child instead and never raise this.
+    """
+
+
 class StoreCorruptedError(StoreError):
     """The store's files are damaged beyond what it can skip or recover."""
 

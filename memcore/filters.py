@@ -49,6 +49,10 @@ ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "
 METADATA_PREFIX = "metadata."
 MAX_DEPTH = 32
 """How deeply filters may nest; deeper ones raise FilterError (they are not written by hand)."""
+MAX_FILTER_TERMS = 1024
+"""The most values one filter may compare against: a comparison counts one, ``$in`` and ``$nin``
+one per value. Every backend serves any filter within it (natively, in chunks or exactly), so
+none is handed an expression its engine crashes on or refuses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +108,31 @@ def parse_filter(spec: FilterSpec | Filter | None) -> Filter | None:
     if spec is None:
         return None
     if isinstance(spec, Comparison | And | Or | Not):
-        return _check_node(spec, 0)
+        return _check_terms(_check_node(spec, 0))
     if not isinstance(spec, Mapping):
         raise FilterError(f"a filter is a dict, got {type(spec).__name__}")
     if not spec:
         return None
-    return _parse_document(spec, 0)
+    return _check_terms(_parse_document(spec, 0))
+
+
+def count_terms(node: Filter) -> int:
+    """How many values ``node`` compares against (see :data:`MAX_FILTER_TERMS`)."""
+    if isinstance(node, Comparison):
+        return len(node.value) if isinstance(node.value, tuple) else 1
+    if isinstance(node, Not):
+        return count_terms(node.clause)
+    return sum(count_terms(clause) for clause in node.clauses)
+
+
+def _check_terms(node: Filter) -> Filter:
+    terms = count_terms(node)
+    if terms > MAX_FILTER_TERMS:
+        raise FilterError(
+            f"a filter compares against at most {MAX_FILTER_TERMS} values ($in and $nin count one per "
+            f"value), this one {terms}; split the query, or store a coarser metadata key to filter on"
+        )
+    return node
 
 
 def _check_depth(depth: int) -> int:
@@ -206,6 +229,8 @@ def _comparison(field: str, op: str, value: Any) -> Comparison:
     if op in ("$in", "$nin"):
         if not isinstance(value, list | tuple):
             raise FilterError(f"{field}: {op} takes a list, got {value!r}")
+        if len(value) > MAX_FILTER_TERMS:
+            raise FilterError(f"{field}: {op} takes at most {MAX_FILTER_TERMS} values, got {len(value)}")
         return Comparison(field, op, tuple(_scalar(field, op, item) for item in value))  # type: ignore[arg-type]
     if op == "$contains":
         if field in ("role", "kind", "created_at"):

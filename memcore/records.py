@@ -30,6 +30,11 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 SUMMARY_KIND = "summary"
 """The ``kind`` of records that summarise older turns of a session."""
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+MAX_METADATA_KEYS = 128
+"""The most metadata keys one record may carry: every backend indexes each key (Chroma as
+columns of its metadata segment, which a record of thousands of keys breaks for every writer)."""
+MAX_METADATA_LIST_ITEMS = 256
+"""The most strings one list metadata value may hold."""
 _KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
@@ -123,8 +128,13 @@ def _check_metadata_value(key: str, value: MetadataValue) -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"metadata {key!r}: floats must be finite, got {value}")
-    elif isinstance(value, list) and not all(isinstance(item, str) for item in value):
-        raise ValueError(f"metadata {key!r}: lists may hold strings only")
+    elif isinstance(value, list):
+        if not all(isinstance(item, str) for item in value):
+            raise ValueError(f"metadata {key!r}: lists may hold strings only")
+        if len(value) > MAX_METADATA_LIST_ITEMS:
+            raise ValueError(
+                f"metadata {key!r}: lists hold at most {MAX_METADATA_LIST_ITEMS} strings, got {len(value)}"
+            )
 
 
 def is_metadata_entry(key: object, value: object) -> bool:
@@ -149,7 +159,7 @@ class MemoryRecord(MemcoreModel):
     :param created_at: when it was written, timezone-aware (stored in UTC);
         strictly increasing within a process by default, so order is total.
     :param metadata: flat ``key -> value`` pairs, filterable as ``metadata.<key>``;
-        keys are identifiers of up to 64 characters.
+        at most :data:`MAX_METADATA_KEYS` keys, each an identifier of up to 64 characters.
     :param kind: what the record is: ``turn`` (default), ``summary``, ``fact``...
     """
 
@@ -182,6 +192,8 @@ class MemoryRecord(MemcoreModel):
     ) -> dict[str, MetadataValue]:
         if is_stored(info):
             return metadata
+        if len(metadata) > MAX_METADATA_KEYS:
+            raise ValueError(f"a record carries at most {MAX_METADATA_KEYS} metadata keys, got {len(metadata)}")
         for key, value in metadata.items():
             if not METADATA_KEY.fullmatch(key):
                 raise ValueError(f"metadata key {key!r} is not an identifier of up to 64 characters")

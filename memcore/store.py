@@ -11,7 +11,9 @@ hands the backend clean, parsed input through a small set of ``_methods``.
 from __future__ import annotations
 
 import builtins
+import os
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from memcore.errors import (
     EmbedderMismatchError,
     InvalidInputError,
     StoreClosedError,
+    StoreForkedError,
     UnsupportedOperationError,
 )
 from memcore.filters import Filter, FilterSpec, parse_filter
@@ -169,6 +172,22 @@ class Store(Protocol):
     ) -> None: ...
 
 
+_open_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
+_fork_lock = threading.Lock()
+
+
+def _reset_locks_after_fork() -> None:
+    """In a forked child: a parent thread may have held these locks at the fork; they would never
+    be released here."""
+    global _fork_lock
+    _fork_lock = threading.Lock()
+    for store in list(_open_stores):
+        store._state_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_locks_after_fork)
+
+
 def text_matches(text: str, content: str) -> bool:
     """What ``search(text=...)`` means: a case-insensitive substring match."""
     return text.casefold() in content.casefold()
@@ -191,6 +210,13 @@ class BaseStore(ABC):
     normalised to unit length, ids as UUIDs, filters parsed, limits in range,
     datetimes in UTC. They must apply the scope natively and translate their
     client's exceptions into :mod:`memcore.errors`.
+
+    A store object belongs to the process that opened it. In a process forked from
+    that one, the first call runs :meth:`_reconnect_in_child`: a server store opens
+    connections of its own there (never using the parent's sockets, which would
+    mix two processes' replies); every other store raises
+    :class:`~memcore.errors.StoreForkedError`. ``close()`` in such a child only
+    marks the object closed: the engine, locks and connections are the parent's.
     """
 
     name: ClassVar[str]
@@ -201,6 +227,8 @@ class BaseStore(ABC):
         self._closed = False
         self._state_lock = threading.Lock()
         self._bound_space: VectorSpace | None = None
+        self._process = os.getpid()
+        _open_stores.add(self)
 
     @classmethod
     @abstractmethod
@@ -398,12 +426,16 @@ class BaseStore(ABC):
             self._save_vector_space(space)
 
     def close(self) -> None:
-        """Release the store. Idempotent; any other call afterwards raises StoreClosedError."""
+        """Release the store. Idempotent; any other call afterwards raises StoreClosedError.
+
+        In a forked child that never reconnected, nothing is released: it is the parent's.
+        """
         with self._state_lock:
             if self._closed:
                 return
             self._closed = True
-        self._close()
+        if self._process == os.getpid():
+            self._close()
 
     @property
     def closed(self) -> bool:
@@ -427,6 +459,30 @@ class BaseStore(ABC):
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"the {self.name} store is closed")
+        if self._process != os.getpid():
+            self._follow_fork()
+
+    def _follow_fork(self) -> None:
+        with _fork_lock:
+            if self._process == os.getpid():
+                return
+            self._reconnect_in_child()
+            self._process = os.getpid()
+
+    def _reconnect_in_child(self) -> None:
+        """Make this object usable in a process forked from the one that opened it.
+
+        Called once, before the child's first call. Server stores override it to open
+        new connections, dropping the inherited ones without closing them (closing
+        would end the parent's sessions too). The default refuses.
+
+        :raises StoreForkedError: if the store cannot be used from a forked child.
+        """
+        raise StoreForkedError(
+            f"this {self.name} store was opened by process {self._process}, which this process "
+            f"({os.getpid()}) was forked from; open the store again in this process (for gunicorn "
+            "--preload or celery prefork, in a post-fork hook)"
+        )
 
     def _load_vector_space(self) -> VectorSpace | None:
         """The bound vector space; durable stores override both methods to persist it."""

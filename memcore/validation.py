@@ -39,6 +39,12 @@ Matrix: TypeAlias = npt.NDArray[np.float32]
 MAX_RECORD_BYTES = 1_048_576
 """The largest serialised record (JSON, UTF-8) a store accepts: 1 MiB."""
 
+MAX_BATCH_RECORDS = 10_000
+"""The most records one ``add`` may write."""
+
+MAX_BATCH_BYTES = 64 * 1_048_576
+"""The largest batch one ``add`` may write, its records serialised: 64 MiB."""
+
 DEFAULT_LIMIT = 10
 """How many hits :meth:`Store.search` returns unless told otherwise."""
 
@@ -85,13 +91,19 @@ def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
 
     :raises InvalidRecordError: for a non-record, an invalid record, a repeated
         id within the batch, or text that is not valid Unicode.
-    :raises RecordTooLargeError: for a record over :data:`MAX_RECORD_BYTES`.
+    :raises RecordTooLargeError: for a record over :data:`MAX_RECORD_BYTES`, or a batch of more
+        than :data:`MAX_BATCH_RECORDS` records or :data:`MAX_BATCH_BYTES` bytes.
     :raises ScopeError: for a record whose scope is empty or invalid.
     """
     if isinstance(records, MemoryRecord) or not isinstance(records, Sequence):
         raise InvalidRecordError("add() takes a sequence of MemoryRecord")
+    if len(records) > MAX_BATCH_RECORDS:
+        raise RecordTooLargeError(
+            f"add() writes at most {MAX_BATCH_RECORDS} records at once, got {len(records)}; split the batch"
+        )
     checked: list[MemoryRecord] = []
     seen: set[UUID] = set()
+    total = 0
     for record in records:
         if not isinstance(record, MemoryRecord):
             raise InvalidRecordError(f"expected MemoryRecord, got {type(record).__name__}")
@@ -102,6 +114,11 @@ def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
         if len(serialised) > MAX_RECORD_BYTES:
             raise RecordTooLargeError(
                 f"record {record.id} is {len(serialised)} bytes serialised; the limit is {MAX_RECORD_BYTES}"
+            )
+        total += len(serialised)
+        if total > MAX_BATCH_BYTES:
+            raise RecordTooLargeError(
+                f"add() writes at most {MAX_BATCH_BYTES} bytes of records at once; split the batch"
             )
         copy = MemoryRecord.model_validate_json(serialised)
         if copy.id in seen:

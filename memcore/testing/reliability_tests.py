@@ -15,8 +15,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 from memcore.testing.crash import crash_loop, second_process
+from memcore.testing.deployment import fork, limits, permissions
 from memcore.testing.reliability import Figures, bad_input, concurrency, erasure, isolation
 
+FORK_FAILURES = ("leaks", "untyped_errors", "lost", "resurrected", "parent_lost", "child_crashed")
 CRASH_FAILURES = ("failed_reopens", "lost", "duplicates", "phantoms", "partial_batches", "unsearchable")
 
 
@@ -47,6 +49,18 @@ class ReliabilityTests:
         figures = concurrency(self.url, threads=8, writes=100)
         assert figures["writes"] == 800 and figures["reads"] > 0
         assert not _failed(figures, "lost", "untyped_errors", "not_acknowledged"), figures
+
+    def test_an_inherited_store_in_a_forked_child_is_correct_or_refused(self) -> None:
+        figures = fork(self.url, seconds=1.0)
+        assert figures["child_reads"] or figures["child_refused"], figures
+        assert not _failed(figures, *FORK_FAILURES), figures
+
+    def test_a_loose_folder_made_beforehand_ends_up_private(self) -> None:
+        assert permissions(self.url) == {"readable_by_others": 0}
+
+    def test_the_largest_inputs_work_and_one_past_each_is_refused_typed(self) -> None:
+        figures = limits(self.url)
+        assert not {name: count for name, count in figures.items() if count}, figures
 
 
 class CrashTests:
