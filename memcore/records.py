@@ -193,7 +193,9 @@ class MemoryRecord(MemcoreModel):
         if is_stored(info):
             return metadata
         if len(metadata) > MAX_METADATA_KEYS:
-            raise ValueError(f"a record carries at most {MAX_METADATA_KEYS} metadata keys, got {len(metadata)}")
+            raise ValueError(
+                f"a record carries at most {MAX_METADATA_KEYS} metadata keys, got {len(metadata)}"
+            )
         for key, value in metadata.items():
             if not METADATA_KEY.fullmatch(key):
                 raise ValueError(f"metadata key {key!r} is not an identifier of up to 64 characters")

@@ -5,10 +5,15 @@ with scope ``q`` matches a record with scope ``r`` when every field set in ``q``
 equals the same field of ``r``; fields left unset in ``q`` match anything. So
 ``Scope(tenant="acme")`` reads every user's records of that tenant, and
 ``Scope(tenant="acme", user_id="u1", session_id="s9")`` one session of one user.
+:meth:`Scope.exact` reads one level only: ``Scope(tenant="acme",
+user_id="u1").exact()`` matches the user's own records, not those of the user's
+agents or sessions. Memories read and clear their own records that way.
 
-An empty scope would match everything, which is how a tenant leak starts; it is
-refused. Admin tools that really mean "everything" say so with
-:meth:`Scope.everything`.
+Every scope names a tenant, so no read crosses tenants: a single-tenant app
+leaves ``tenant`` unset and gets :data:`DEFAULT_TENANT`. A scope must still name
+at least one field (``Scope()`` is refused: a user id that came out empty must
+not read the whole tenant). Admin tools that really mean "everything" say so
+with :meth:`Scope.everything`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from memcore.model_base import MemcoreModel, is_stored
 
 SCOPE_FIELDS: tuple[str, ...] = ("tenant", "user_id", "agent_id", "session_id")
 """The scope fields, most significant first."""
+
+DEFAULT_TENANT = "default"
+"""The tenant of a scope that names none."""
 
 _VALUE_PATTERN = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 
@@ -49,16 +57,17 @@ def validate_scope_value(value: str) -> str:
 class Scope(MemcoreModel):
     """The owner of a record, and the filter ANDed into every read and delete.
 
-    :param tenant: the organisation or deployment.
+    :param tenant: the organisation or deployment; :data:`DEFAULT_TENANT` when not given.
     :param user_id: the end user.
     :param agent_id: the agent that wrote or reads the memory.
     :param session_id: one conversation.
-    :raises ScopeError: if every field is unset or a value is not allowed.
+    :raises ScopeError: if no field is given, the tenant is ``None``, or a value is not allowed.
     """
 
     invalid_error: ClassVar[type[InvalidInputError]] = ScopeError
 
-    tenant: str | None = None
+    # None only in records stored before every scope had a tenant; a new scope always has one.
+    tenant: str | None = DEFAULT_TENANT
     user_id: str | None = None
     agent_id: str | None = None
     session_id: str | None = None
@@ -68,20 +77,43 @@ class Scope(MemcoreModel):
     def _check_values(self, info: pydantic.ValidationInfo) -> Scope:
         if is_stored(info):
             return self
-        values = [value for name in SCOPE_FIELDS if (value := getattr(self, name)) is not None]
-        if not values:
+        if not self.model_fields_set:
             raise ScopeError(
                 "a scope needs at least one of tenant, user_id, agent_id, session_id; "
                 "admin tools that mean every record use Scope.everything()"
             )
-        for value in values:
-            validate_scope_value(value)
+        if self.tenant is None:
+            raise ScopeError(
+                "every scope names a tenant, so that no read crosses tenants; leave it unset for "
+                f"{DEFAULT_TENANT!r}, and use Scope.everything() in admin tools"
+            )
+        for name in SCOPE_FIELDS:
+            if (value := getattr(self, name)) is not None:
+                validate_scope_value(value)
         return self
 
     @classmethod
     def everything(cls) -> Scope:
         """The admin scope that matches every record. Never valid on a record."""
         return _EVERYTHING
+
+    def exact(self) -> Scope:
+        """This scope, matching only records whose scope equals it field for field.
+
+        Unset fields must be unset on the record too: ``Scope(tenant="t",
+        user_id="u").exact()`` sees the user's own records, not those an agent or a
+        session of that user wrote. Stores filter on it natively, like any scope.
+
+        :raises ScopeError: for :meth:`everything`, which has no level of its own.
+        """
+        if self.is_everything:
+            raise ScopeError("Scope.everything() has no exact form")
+        return _Exact.model_construct(**{name: getattr(self, name) for name in SCOPE_FIELDS})
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether this scope came from :meth:`exact` (or is a copy of one)."""
+        return isinstance(self, _Exact)
 
     @property
     def is_admin(self) -> bool:
@@ -106,6 +138,8 @@ class Scope(MemcoreModel):
 
     def matches(self, record_scope: Scope) -> bool:
         """Whether a record with ``record_scope`` is visible through this scope."""
+        if self.is_exact:
+            return record_scope.as_tuple() == self.as_tuple()
         return all(getattr(record_scope, name) == value for name, value in self.items())
 
     def digest(self) -> str:
@@ -114,7 +148,15 @@ class Scope(MemcoreModel):
         return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
     def __str__(self) -> str:
-        return ",".join(f"{name}={value}" for name, value in self.items()) or "<everything>"
+        text = ",".join(f"{name}={value}" for name, value in self.items()) or "<everything>"
+        return f"{text} (exact)" if self.is_exact else text
+
+
+class _Exact(Scope):
+    """The type of the scopes :meth:`Scope.exact` makes (a type, so that copies and pickles keep it)."""
+
+    def __repr__(self) -> str:
+        return f"{Scope(**dict(self.items()))!r}.exact()"
 
 
 class _Everything(Scope):

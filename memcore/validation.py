@@ -69,7 +69,7 @@ def check_scope(scope: Scope) -> Scope:
         if not scope.is_admin:
             raise ScopeError("an empty scope would match every record; admin tools use Scope.everything()")
         return scope
-    return Scope.model_validate(scope.model_dump())
+    return type(scope).model_validate(scope.model_dump())
 
 
 def check_dimension(dimension: int | None) -> int | None:

@@ -13,7 +13,7 @@ import pytest
 
 from memcore.errors import InvalidRecordError, ScopeError
 from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall, utc_now
-from memcore.scope import Scope
+from memcore.scope import DEFAULT_TENANT, Scope
 from memcore.validation import check_scope
 
 
@@ -150,13 +150,40 @@ def test_the_admin_scope_survives_copies_and_pickles_and_an_empty_scope_is_not_i
     everything = Scope.everything()
     copies = [copy.copy(everything), copy.deepcopy(everything), pickle.loads(pickle.dumps(everything))]
     assert all(c.is_admin and c.is_everything for c in [everything, *copies, everything.model_copy()])
-    empty = Scope.model_construct()
+    empty = Scope.model_construct(tenant=None)
     assert not empty.is_admin and empty != everything
     with pytest.raises(ScopeError):
         check_scope(empty)
     assert check_scope(everything).is_everything
     with pytest.raises(ScopeError):
         MemoryRecord(scope=everything, message=Message(role="user", content="x"))
+
+
+def test_every_scope_names_a_tenant_and_the_default_tenant_stands_in_for_none() -> None:
+    assert Scope(user_id="alice").tenant == DEFAULT_TENANT
+    assert Scope(user_id="alice") != Scope(tenant="acme", user_id="alice")
+    for fields in ({}, {"tenant": None}, {"tenant": None, "user_id": "alice"}):
+        with pytest.raises(ScopeError):
+            Scope(**fields)
+    with pytest.raises(ScopeError):
+        check_scope(Scope.model_construct(tenant=None, user_id="alice"))
+    old = MemoryRecord(scope=Scope(tenant="t"), message=Message(role="user", content="x")).model_dump_json()
+    stored = MemoryRecord.from_stored_json(old.replace('"tenant":"t"', '"tenant":null'))
+    assert stored.scope.tenant is None, "records stored before the rule still read back"
+
+
+def test_an_exact_scope_matches_its_own_level_only_and_copies_keep_it() -> None:
+    user = Scope(tenant="t", user_id="u")
+    exact = user.exact()
+    assert exact.as_tuple() == user.as_tuple() and exact.is_exact and not user.is_exact
+    copies = [copy.copy(exact), copy.deepcopy(exact), pickle.loads(pickle.dumps(exact)), exact.model_copy()]
+    assert all(c.is_exact for c in [*copies, check_scope(exact)])
+    assert exact.matches(user) and user.matches(Scope(tenant="t", user_id="u", agent_id="a"))
+    assert not exact.matches(Scope(tenant="t", user_id="u", agent_id="a"))
+    assert not exact.matches(Scope(tenant="t", user_id="u", session_id="s"))
+    assert "exact" in repr(exact) and "exact" in str(exact)
+    with pytest.raises(ScopeError):
+        Scope.everything().exact()
 
 
 def test_a_stored_record_is_read_back_without_its_value_checks_but_not_without_its_shape() -> None:

@@ -148,7 +148,7 @@ def test_the_commands_export_import_and_migrate(tmp_path: Path, capsys: pytest.C
     with open_store(source_url) as source:
         _fill(source)
     dump = tmp_path / "alice.jsonl"
-    assert main(["export", source_url, "--user-id", "alice", "--out", str(dump)]) == 0
+    assert main(["export", source_url, "--tenant", "acme", "--user-id", "alice", "--out", str(dump)]) == 0
     assert len(dump.read_text().splitlines()) == 13
     assert dump.stat().st_mode & 0o777 == 0o600
     assert main(["export", "jsonl://", "--out", str(tmp_path / "failed.jsonl")]) == 1

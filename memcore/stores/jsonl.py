@@ -46,6 +46,7 @@ from memcore.errors import (
 )
 from memcore.filters import Filter
 from memcore.locking import fsync_dir, lock_path
+from memcore.model_base import STORED
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
@@ -226,7 +227,7 @@ class JsonlStore(BaseStore):
     def _open_scope_log(self, folder: Path) -> _ScopeLog:
         meta = _read_json(folder / "meta.json")
         try:
-            scope = Scope.model_validate(meta["scope"])
+            scope = Scope.model_validate(meta["scope"], context=STORED)
             skipped = int(meta.get("skipped_lines", 0))
         except (KeyError, TypeError, ValueError) as exc:
             raise StoreCorruptedError(f"{folder / 'meta.json'} does not name a valid scope ({exc})") from None

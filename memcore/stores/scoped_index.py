@@ -127,6 +127,12 @@ class ScopedIndex:
         """The partitions visible through ``scope``, each with the mask of its rows in the scope."""
         if scope.is_everything:
             return [(partition, None) for partition in self._partitions.values()]
+        if scope.is_exact:
+            exact = self._partitions.get(_owner_key(scope))
+            if exact is None:
+                return []
+            rows = exact.exact_session_mask(scope.session_id)
+            return [(exact, rows)] if rows.any() else []
         candidates: set[OwnerKey] | None = None
         for index, name in enumerate(SCOPE_FIELDS[:3]):
             value = getattr(scope, name)

@@ -89,7 +89,37 @@ class ScopeIsolationTests(StoreFixtures):
         assert store.count(Scope(tenant=tenant, session_id="s2")) == 2
         assert store.count(Scope(tenant=tenant, user_id="u2", session_id="s1")) == 1
         assert store.count(Scope(tenant=tenant, agent_id="a")) == 0
-        assert store.count(Scope(user_id="u1")) >= 2
+        assert store.count(Scope(user_id="u1")) == 0, "a scope without a tenant reads the default tenant"
+
+    def test_an_exact_scope_sees_and_deletes_its_own_level_only(self, store: Store) -> None:
+        owner = new_scope(user_id="u")
+        levels = [
+            owner,
+            owner.model_copy(update={"agent_id": "a"}),
+            owner.model_copy(update={"session_id": "s"}),
+            owner.model_copy(update={"agent_id": "a", "session_id": "s"}),
+        ]
+        records = [
+            make_record(level, f"level words {i}", metadata={"k": i}) for i, level in enumerate(levels)
+        ]
+        vectors = random_vectors(len(records), seed=4)
+        store.add(records, vectors)
+        for i, level in enumerate(levels):
+            exact, own = level.exact(), [records[i].id]
+            assert ids(store.list(exact)) == own
+            assert ids(store.list(exact, filter={"metadata.k": {"$gte": 0}}, order="desc", limit=5)) == own
+            assert ids(store.get(exact, ids(records))) == own
+            assert list(store.vectors(exact, ids(records))) == own
+            assert store.count(exact) == 1 and store.count(exact, filter={"role": "user"}) == 1
+            assert [h.record.id for h in store.search(exact, vector=vectors[0], limit=10)] == own
+            assert [h.record.id for h in store.search(exact, keywords="level words", limit=10)] == own
+            if store.capabilities.text_search:
+                assert [h.record.id for h in store.search(exact, text="level", limit=10)] == own
+        assert store.count(owner) == 4, "the plain scope still reads every level below it"
+        assert store.delete(levels[0].exact(), ids(records[1:])) == 0
+        assert store.delete_where(levels[1].exact(), {}) == 1
+        assert store.delete(levels[2].exact(), ids(records)) == 1
+        assert ids(store.list(owner)) == [records[0].id, records[3].id]
 
 
 def _bad_calls(scope: Scope) -> list[tuple[str, type[MemcoreError], Callable[[Store], object]]]:
