@@ -48,6 +48,7 @@ from memcore_qdrant.filters import (
     Condition,
     HasId,
     IndexKind,
+    IsEmpty,
     Match,
     MatchAny,
     MatchSubstring,
@@ -93,6 +94,8 @@ def render_condition(condition: Condition) -> models.Condition:
         return render_filter(condition)
     if isinstance(condition, HasId):
         return models.HasIdCondition(has_id=[str(point_id) for point_id in condition.ids])
+    if isinstance(condition, IsEmpty):
+        return models.IsEmptyCondition(is_empty=models.PayloadField(key=condition.key))
     if isinstance(condition, ScopeIs):
         return models.Filter(must=_scope_matches(condition))
     if isinstance(condition, Range):

@@ -54,6 +54,7 @@ from memcore_qdrant.filters import (
     Condition,
     HasId,
     IndexKind,
+    IsEmpty,
     Match,
     MatchAny,
     MatchSubstring,
@@ -75,6 +76,8 @@ def render_condition(condition: Condition) -> Any:
         return render_filter(condition)
     if isinstance(condition, HasId):
         return edge.HasIdCondition(set(condition.ids))
+    if isinstance(condition, IsEmpty):
+        return edge.IsEmptyCondition(condition.key)
     if isinstance(condition, ScopeIs):
         return edge.FieldCondition(
             key=fields.SCOPE_KEYS, match=edge.MatchValue(fields.scope_key(condition.fields))

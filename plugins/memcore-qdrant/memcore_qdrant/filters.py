@@ -39,7 +39,7 @@ from uuid import UUID
 
 from memcore.filters import And, Comparison, Filter, Not, Or, Scalar
 from memcore.records import INT64_MAX, INT64_MIN, epoch_micros
-from memcore.scope import Scope
+from memcore.scope import SCOPE_FIELDS, Scope
 from memcore_qdrant import payload as fields
 
 EXACT_FLOAT_LIMIT = 2**53
@@ -89,6 +89,17 @@ class HasId:
 
 
 @dataclass(frozen=True)
+class IsEmpty:
+    """``IsEmptyCondition(key)``: the payload field is absent (or null, or an empty list).
+
+    Used for the scope fields an exact scope leaves unset (:meth:`memcore.scope.Scope.exact`):
+    a record stores only the scope fields it has, so "unset on the record" is "absent".
+    """
+
+    key: str
+
+
+@dataclass(frozen=True)
 class ScopeIs:
     """The record's scope has these field values (and any value for the fields not named).
 
@@ -108,7 +119,7 @@ class Clause:
     must_not: tuple[Condition, ...] = ()
 
 
-Condition: TypeAlias = Match | MatchAny | MatchSubstring | Range | HasId | ScopeIs | Clause
+Condition: TypeAlias = Match | MatchAny | MatchSubstring | Range | HasId | IsEmpty | ScopeIs | Clause
 
 NOTHING: Condition = HasId(())
 """A condition no point satisfies."""
@@ -161,9 +172,16 @@ def negate(condition: Condition) -> Condition:
 
 
 def scope_conditions(scope: Scope) -> list[Condition]:
-    """The scope's condition (none for :meth:`Scope.everything`)."""
+    """The scope's conditions (none for :meth:`Scope.everything`).
+
+    An exact scope (:meth:`Scope.exact`) adds one :class:`IsEmpty` per scope field it leaves
+    unset, so that records of the levels below it (an agent's, a session's) do not match.
+    """
     pairs = tuple(scope.items())
-    return [ScopeIs(pairs)] if pairs else []
+    conditions: list[Condition] = [ScopeIs(pairs)] if pairs else []
+    if scope.is_exact:
+        conditions += [IsEmpty(name) for name in SCOPE_FIELDS if getattr(scope, name) is None]
+    return conditions
 
 
 def scoped(scope: Scope, *conditions: Condition | None) -> Clause:

@@ -17,6 +17,7 @@ from memcore_qdrant.filters import (
     Clause,
     Condition,
     HasId,
+    IsEmpty,
     Match,
     MatchAny,
     NeedsExactEvaluation,
@@ -94,6 +95,22 @@ def test_nested_must_and_must_not_are_flattened_into_the_top_level() -> None:
     assert clause.must_not == (MatchAny("role", ("system", "tool")),)
     either = Clause(should=(Match("role", "user"), Match("kind", "fact")))
     assert flattened(Clause(must=(either,))) == Clause(must=(either,))  # a should stays a clause
+
+
+def test_an_exact_scope_requires_its_unset_fields_empty_natively_on_both_engines() -> None:
+    exact = Scope(tenant="acme", user_id="alice").exact()
+    clause = scoped(exact, Match("kind", "turn"))
+    pairs = (("tenant", "acme"), ("user_id", "alice"))
+    assert clause.must == (ScopeIs(pairs), IsEmpty("agent_id"), IsEmpty("session_id"), Match("kind", "turn"))
+    assert scoped(Scope(tenant="acme", user_id="alice")).must == (ScopeIs(pairs),)  # not exact: any level
+    on_server = render_filter(clause)
+    assert on_server.must is not None
+    assert [c for c in on_server.must if isinstance(c, models.IsEmptyCondition)] == [
+        models.IsEmptyCondition(is_empty=models.PayloadField(key=name)) for name in ("agent_id", "session_id")
+    ]
+    embedded = edge_engine.render_filter(clause)
+    keys = [c.key for c in embedded.must or [] if type(c).__name__ == "IsEmptyCondition"]
+    assert keys == ["agent_id", "session_id"]
 
 
 def test_scope_is_the_top_level_must() -> None:
