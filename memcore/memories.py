@@ -161,7 +161,7 @@ class AgentMemory(ABC):
         :raises InvalidRecordError: for a tool result whose call is neither in
             the batch nor among the scope's recent assistant messages.
         """
-        check_in_scope(self.scope, records)
+        check_in_scope(self.scope.exact(), records)
         self._check_tool_results([record.message for record in records])
         self._store_records(records)
 
@@ -175,7 +175,7 @@ class AgentMemory(ABC):
         if not missing:
             return
         recent = self.store.list(
-            self.scope, filter={"role": "assistant"}, order="desc", limit=TOOL_CALL_LOOKBACK
+            self.scope.exact(), filter={"role": "assistant"}, order="desc", limit=TOOL_CALL_LOOKBACK
         )
         calls.update(call.id for record in recent for call in record.message.tool_calls or ())
         orphans = [call_id for call_id in missing if call_id not in calls]
@@ -230,11 +230,12 @@ class AgentMemory(ABC):
         :param in_recall_scope: reach the whole recall scope instead (for the
             default policy: every session of the agent).
         """
-        return self.store.delete_where(self.recall_scope if in_recall_scope else self.scope, filter)
+        return self.store.delete_where(self.recall_scope if in_recall_scope else self.scope.exact(), filter)
 
     def clear(self) -> int:
-        """Delete every record of the memory's own scope, and nothing else."""
-        return self.store.delete_where(self.scope, {})
+        """Delete every record of the memory's own scope, and nothing else: not the records of
+        an agent or a session below it (they belong to memories of their own)."""
+        return self.store.delete_where(self.scope.exact(), {})
 
     def buffer(self) -> WriteBuffer:
         """A buffer for one parallel task's writes; :meth:`barrier` commits it.
@@ -288,7 +289,7 @@ class ChatHistoryMemory(AgentMemory):
 
     def __init__(self, store: Store, scope: Scope, *, window: int = 20, **options: Any) -> None:
         super().__init__(store, scope, **options)
-        self.history = ChatHistoryBlock(store, scope, window)
+        self.history = ChatHistoryBlock(store, scope.exact(), window)
 
     def _store_records(self, records: Sequence[MemoryRecord]) -> None:
         self.history.write_records(records)
@@ -365,7 +366,7 @@ class LongtermMemory(VectorMemory):
         self, store: Store, embedder: Embedder, scope: Scope, *, window: int = 20, **options: Any
     ) -> None:
         super().__init__(store, embedder, scope, **options)
-        self.history = ChatHistoryBlock(store, scope, window)
+        self.history = ChatHistoryBlock(store, scope.exact(), window)
 
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
         """``[system] + recalled records not in the window (oldest first) + the window``."""

@@ -65,9 +65,10 @@ class MemoryPolicy(MemcoreModel):
         every session of the ``agent`` needs ``agent_id``, the ``user`` needs
         ``user_id``, the ``tenant`` needs ``tenant``. Otherwise the memory's own
         scope is used, so a scope that names only a tenant and a session never
-        widens to every user of the tenant.
+        widens to every user of the tenant. Where recall does not widen (and always for the
+        ``session`` reach) it reads the memory's scope exactly, never the agents or sessions below.
         """
         kept_fields = _KEPT_FIELDS[self.scope]
-        if getattr(scope, kept_fields[-1]) is None:
-            return scope
+        if self.scope == "session" or getattr(scope, kept_fields[-1]) is None:
+            return scope.exact()
         return Scope(**{name: value for name, value in scope.items() if name in kept_fields})

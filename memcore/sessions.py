@@ -231,12 +231,14 @@ class SessionMemory:
             store.bind_vector_space(VectorSpace(embedder.name, embedder.dim))
 
     def session_scope(self, session_id: str) -> Scope:
-        """The scope of one session's records."""
+        """The scope of one session's records. Loads and commits read and delete it exactly: a
+        user's session ``s1`` is not the session ``s1`` of one of the user's agents, whose records
+        belong to that agent's SessionMemory."""
         return Scope(**dict(self.scope.items()), session_id=session_id)
 
     def _stored(self, session_id: str) -> tuple[list[MemoryRecord], MemoryRecord | None, str]:
         """The session's turns not covered by its summaries, its latest summary, and a revision."""
-        records = self.store.list(self.session_scope(session_id))
+        records = self.store.list(self.session_scope(session_id).exact())
         summaries = [r for r in records if r.kind == SUMMARY_KIND]
         covered = {str(i) for summary in summaries for i in summary.metadata.get("covers", [])}  # type: ignore[union-attr]
         turns = [r for r in records if r.kind != SUMMARY_KIND and str(r.id) not in covered]
@@ -289,7 +291,7 @@ class SessionMemory:
             if turn.id not in by_id or by_id[turn.id].message != turn.message
         ]
         self._write(changed)
-        self.store.delete(scope, [record_id for record_id in by_id if record_id not in wanted])
+        self.store.delete(scope.exact(), [record_id for record_id in by_id if record_id not in wanted])
         if (
             self.summarize_over is not None
             and self.token_counter.count(model.to_messages()) > self.summarize_over

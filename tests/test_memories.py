@@ -100,7 +100,7 @@ def test_policy_controls_saving_limits_and_reach() -> None:
 
     policy = MemoryPolicy(limit=2, max_chars=10, scope="session", inject_when_empty=True)
     memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE, window=1, policy=policy)
-    assert memory.recall_scope == SCOPE
+    assert memory.recall_scope.as_tuple() == SCOPE.as_tuple() and memory.recall_scope.is_exact
     [note, *_] = [i for i in memory.retrieve("anything") if i.source == "recall"] or [None]
     assert note is not None and note.record.message.content == NO_MEMORIES_NOTE
     memory.observe([Message(role="user", content=f"a long fact about cats number {i}") for i in range(5)])
@@ -114,7 +114,8 @@ def test_policy_controls_saving_limits_and_reach() -> None:
 def test_default_policy_recalls_across_the_agents_sessions() -> None:
     assert MemoryPolicy().recall_scope(SCOPE) == Scope(tenant="t", user_id="u", agent_id="a")
     assert MemoryPolicy(scope="tenant").recall_scope(SCOPE) == Scope(tenant="t")
-    assert MemoryPolicy(scope="user").recall_scope(Scope(session_id="x")) == Scope(session_id="x")
+    own = MemoryPolicy(scope="user").recall_scope(Scope(session_id="x"))
+    assert own.is_exact and own.as_tuple() == Scope(session_id="x").as_tuple()
     with pytest.raises(InvalidInputError):
         MemoryPolicy(limit=0)
 
@@ -222,7 +223,8 @@ def test_forget_where_stays_in_the_memory_scope_unless_asked() -> None:
 
 def test_recall_reach_never_widens_past_what_the_scope_names() -> None:
     tenant_and_session = Scope(tenant="t", session_id="s")
-    assert MemoryPolicy().recall_scope(tenant_and_session) == tenant_and_session
+    own = MemoryPolicy().recall_scope(tenant_and_session)
+    assert own.is_exact and own.as_tuple() == tenant_and_session.as_tuple()
     store = MemoryStore()
     bob = LongtermMemory(store, HashEmbedder(dim=32), Scope(tenant="t", user_id="bob", session_id="b"))
     bob.write([Message(role="user", content="bob's bank PIN is 4711")])
@@ -280,3 +282,20 @@ def test_budget_and_window_are_checked_up_front() -> None:
         ChatHistoryMemory(MemoryStore(), SCOPE, token_limit=0)
     with pytest.raises(InvalidInputError):
         ChatHistoryMemory(MemoryStore(), SCOPE, window=0)
+
+
+def test_a_memory_owns_exactly_its_scope_not_the_agents_and_sessions_below_it() -> None:
+    store = MemoryStore()
+    carol = Scope(tenant="t", user_id="carol")
+    below = carol.model_copy(update={"agent_id": "coder", "session_id": "s1"})
+    coder = ChatHistoryMemory(store, below)
+    coder.write([Message(role="user", content="the coder's session")])
+    memory = ChatHistoryMemory(store, carol)
+    memory.write([Message(role="user", content="carol's own")])
+    messages, _ = memory.get_context()
+    assert [m["content"] for m in messages] == ["carol's own"]
+    with pytest.raises(ScopeError):
+        memory.write_records([MemoryRecord(scope=below, message=Message(role="user", content="x"))])
+    assert memory.forget_where({"role": "user"}) == 1
+    assert memory.clear() == 0
+    assert [r.message.content for r in store.list(below)] == ["the coder's session"]

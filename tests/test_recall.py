@@ -70,8 +70,9 @@ def _conversation(store: MemoryStore, user: Scope) -> list[MemoryRecord]:
         MemoryRecord(scope=user.model_copy(update={"session_id": s}), message=Message(role="user", content=t))
         for s, t in turns
     ]
-    memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=MemoryPolicy(scope="user"))
-    memory.write_records(records)
+    for record in records:  # each session's turns through that session's own memory
+        session = VectorMemory(store, HashEmbedder(dim=64), record.scope, policy=MemoryPolicy(scope="user"))
+        session.write_records([record])
     return records
 
 
@@ -115,8 +116,9 @@ def test_hybrid_favours_the_speaker_the_query_names(speaker_weight: float, first
     ]
     settings = HybridRecall(speaker_weight=speaker_weight)
     policy = MemoryPolicy(scope="user", recall="hybrid", limit=3, hybrid=settings)
+    for record in records:
+        VectorMemory(store, HashEmbedder(dim=64), record.scope, policy=policy).write_records([record])
     memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
-    memory.write_records(records)
     hits = memory.retrieve("What does mel love painting?")
     assert len(hits) == 3
     assert hits[0].record.message.name == first, "without the weight, ties go to the older record"

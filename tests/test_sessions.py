@@ -198,3 +198,20 @@ def test_llm_summarizer_hook() -> None:
 
 def test_policy_default_reach_matches_sessions_owner() -> None:
     assert MemoryPolicy().recall_scope(Scope(session_id="s", **dict(OWNER.items()))) == OWNER
+
+
+def test_a_users_session_is_not_the_same_named_session_of_the_users_agent() -> None:
+    store = MemoryStore()
+    user_sessions = SessionMemory(store, Scope(tenant="t", user_id="dave"), summarize_over=None)
+    agent_sessions = SessionMemory(
+        store, Scope(tenant="t", user_id="dave", agent_id="coder"), summarize_over=None
+    )
+    agent_model = agent_sessions.load("s1")
+    agent_model.append(Message(role="user", content="the coder agent's turn"))
+    agent_sessions.commit("s1", agent_model)
+    mine = user_sessions.load("s1")
+    assert mine.turns == [] and mine.revision is None
+    mine.append(Message(role="user", content="dave's own turn"))
+    user_sessions.commit("s1", mine)
+    assert [t.message.content for t in agent_sessions.load("s1").turns] == ["the coder agent's turn"]
+    assert [t.message.content for t in user_sessions.load("s1").turns] == ["dave's own turn"]
