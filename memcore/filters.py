@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
 from memcore.errors import FilterError
-from memcore.records import INT64_MAX, INT64_MIN, METADATA_KEY, MemoryRecord, MetadataValue
+from memcore.records import INT64_MAX, INT64_MIN, METADATA_KEY, MemoryRecord, MetadataValue, in_utc
 from memcore.scope import SCOPE_FIELDS
 
 Scalar: TypeAlias = str | int | float | bool | datetime
@@ -274,9 +274,10 @@ def _datetime(field: str, op: str, value: Any) -> datetime:
             raise FilterError(f"{field}: {op} needs an ISO-8601 datetime, got {value!r}") from None
     if not isinstance(value, datetime):
         raise FilterError(f"{field}: {op} needs a datetime, got {value!r}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise FilterError(f"{field}: {op} needs a timezone-aware datetime, got {value!r}")
-    return value.astimezone(UTC)
+    try:
+        return in_utc(value)
+    except ValueError as exc:
+        raise FilterError(f"{field}: {op} needs a timezone-aware datetime: {exc}") from None
 
 
 def field_value(record: MemoryRecord, field: str) -> MetadataValue | datetime:

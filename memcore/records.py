@@ -64,6 +64,20 @@ utc_now = _MonotonicUtcClock().now
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def in_utc(moment: datetime) -> datetime:
+    """A timezone-aware datetime in UTC.
+
+    :raises ValueError: if it is naive, or its UTC time falls outside the years 1-9999 (an
+        aware time near either end, such as 0001-01-01 at +14:00).
+    """
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"a datetime must be timezone-aware, got {moment!r}")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{moment.isoformat()} is outside the years 1-9999 in UTC") from None
+
+
 def epoch_micros(moment: datetime) -> int:
     """Microseconds since 1970-01-01 UTC of a timezone-aware datetime: exact, sortable, an integer.
 
@@ -181,9 +195,7 @@ class MemoryRecord(MemcoreModel):
     @pydantic.field_validator("created_at")
     @classmethod
     def _to_utc(cls, value: datetime) -> datetime:
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError("created_at must be timezone-aware")
-        return value.astimezone(UTC)
+        return in_utc(value)
 
     @pydantic.field_validator("metadata")
     @classmethod

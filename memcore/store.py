@@ -17,7 +17,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID
@@ -31,7 +31,7 @@ from memcore.errors import (
 )
 from memcore.filters import Filter, FilterSpec, parse_filter
 from memcore.keywords import bm25_scores
-from memcore.records import MemoryRecord, ScoredRecord
+from memcore.records import MemoryRecord, ScoredRecord, in_utc
 from memcore.scope import Scope
 from memcore.validation import (
     DEFAULT_LIMIT,
@@ -196,9 +196,12 @@ def text_matches(text: str, content: str) -> bool:
 def _check_datetime(name: str, value: datetime | None) -> datetime | None:
     if value is None:
         return None
-    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+    if not isinstance(value, datetime):
         raise InvalidInputError(f"{name} must be a timezone-aware datetime, got {value!r}")
-    return value.astimezone(UTC)
+    try:
+        return in_utc(value)
+    except ValueError as exc:
+        raise InvalidInputError(f"{name}: {exc}") from None
 
 
 class BaseStore(ABC):

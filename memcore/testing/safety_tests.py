@@ -7,6 +7,7 @@ of bad input must raise a :mod:`memcore.errors` type and leave the store as it w
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -165,7 +166,28 @@ def _bad_calls(scope: Scope) -> list[tuple[str, type[MemcoreError], Callable[[St
             InvalidInputError,
             lambda s: s.list(scope, before=__import__("datetime").datetime(2026, 1, 1)),
         ),
+        ("before-year-1-in-utc", InvalidInputError, lambda s: s.list(scope, before=_YEAR_1_EAST)),
+        ("after-year-9999-in-utc", InvalidInputError, lambda s: s.list(scope, after=_YEAR_9999_WEST)),
+        (
+            "filter-year-1-in-utc",
+            FilterError,
+            lambda s: s.count(scope, filter={"created_at": {"$gt": _YEAR_1_EAST}}),
+        ),
+        (
+            "filter-iso-year-9999-in-utc",
+            FilterError,
+            lambda s: s.list(scope, filter={"created_at": {"$lt": "9999-12-31T23:00:00-14:00"}}),
+        ),
+        (
+            "record-year-1-in-utc",
+            InvalidInputError,
+            lambda s: s.add([make_record(scope).model_copy(update={"created_at": _YEAR_1_EAST})]),
+        ),
     ]
+
+
+_YEAR_1_EAST = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))
+_YEAR_9999_WEST = datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14)))
 
 
 _CASE_NAMES = [name for name, _, _ in _bad_calls(Scope(tenant="names"))]
