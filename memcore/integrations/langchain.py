@@ -9,19 +9,22 @@
     docs.add_documents([Document("Kyoto in October", metadata={"source": "notes"})], ids=["1"])
     docs.as_retriever(search_kwargs={"k": 3, "filter": {"source": "notes"}}).invoke("trip")
 
-Every read and delete goes through the bound scope and only sees the documents
-written through that exact scope (metadata ``lc_scope``): a vector store on
-``Scope(tenant="acme")`` does not see those of one on
-``Scope(tenant="acme", user_id="u1")``, as memcore's own reads of a wider scope
-would. Two vector stores on two scopes of one memcore store never see or delete
-each other's documents.
+Every read and delete goes through the bound scope made exact
+(:meth:`memcore.scope.Scope.exact`), which every store filters on natively: a
+vector store on ``Scope(tenant="acme")`` reads and deletes only records whose
+scope is exactly that, never those of ``Scope(tenant="acme", user_id="u1")``,
+whatever metadata they carry. Two vector stores on two scopes of one memcore
+store never see or delete each other's documents.
 
 Documents are records of kind ``document`` (:data:`DOCUMENT_KIND`); other records
 of the scope (an agent's turns) are never returned or deleted. LangChain ids are
 strings of any shape (``"1"``); a record id is a UUID, global across scopes (and
-Qdrant takes nothing else), so each document id maps to the UUID
-:func:`record_id` derives from the scope and the id, and the original id is kept
-in the record (metadata ``lc_id``). Metadata entries memcore can store as is (see
+Qdrant takes nothing else). A new document gets a random UUID, so that another
+scope can neither guess it (to learn whether a document id exists, from an
+``IdConflictError``) nor claim it first; the document id is kept in the record
+(metadata ``lc_id``) and looked up within the exact scope, so adding an id again
+replaces that document. (Two writers adding the same new id at the same moment
+may leave two records; the next add of that id keeps one.) Metadata entries memcore can store as is (see
 :func:`memcore.records.is_metadata_entry`) stay filterable; the others (nested
 values, ``None``, keys that are not identifiers) are kept as JSON under ``lc_extra``
 and come back unchanged, but cannot be filtered on. Metadata keys starting with
@@ -34,7 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
-from uuid import UUID, uuid4, uuid5
+from uuid import UUID, uuid4
 
 import numpy as np
 
@@ -48,8 +51,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "memcore.integrations.langchain needs langchain-core: pip install 'memcore[langchain]'"
     ) from exc
 
-from memcore.errors import InvalidInputError
-from memcore.filters import FilterSpec
+from memcore.errors import FilterError, InvalidInputError
+from memcore.filters import MAX_DEPTH, MAX_FILTER_TERMS, FilterSpec
 from memcore.plugins import open_store
 from memcore.records import MemoryRecord, Message, MetadataValue, ScoredRecord, is_metadata_entry
 from memcore.scope import Scope
@@ -62,18 +65,9 @@ DOCUMENT_KIND = "document"
 RESERVED_PREFIX = "lc_"
 ID_KEY = "lc_id"
 EXTRA_KEY = "lc_extra"
-SCOPE_KEY = "lc_scope"
-_ID_NAMESPACE = UUID("6c1d9a0e-2f4b-5b8e-9a57-3c0f1e7d2b61")
 _OPERATORS_WITH_SUBFILTERS = ("$and", "$or")
-
-
-def record_id(scope: Scope, document_id: str) -> UUID:
-    """The memcore record id of the LangChain document ``document_id`` within ``scope``.
-
-    Deterministic, so that adding a document id again replaces the record; derived
-    from the scope too, so that one document id in two scopes names two records.
-    """
-    return uuid5(_ID_NAMESPACE, f"{scope.digest()}/{document_id}")
+_IDS_PER_READ = MAX_FILTER_TERMS // 2
+"""Document ids looked up per read (an ``$in`` counts one filter term per value)."""
 
 
 class MemcoreVectorStore(VectorStore):
@@ -95,6 +89,7 @@ class MemcoreVectorStore(VectorStore):
     ) -> None:
         self.store = store
         self.scope = check_scope(scope)
+        self._own = self.scope.exact()  # every read and delete: this scope's own records only
         self._embedding = embedding
         self._embedder_name = embedder_name or _embedder_name(embedding)
 
@@ -118,17 +113,24 @@ class MemcoreVectorStore(VectorStore):
             raise InvalidInputError(f"{len(ids)} ids for {len(documents)} documents")
         given: list[str | None] = list(ids) if ids is not None else [None] * len(documents)
         document_ids = [
-            _check_id(i) if i is not None else doc.id or str(uuid4())
+            _check_id(i if i is not None else doc.id or str(uuid4()))
             for i, doc in zip(given, documents, strict=True)
         ]
         if not documents:
             return []
         # The last of repeated ids wins, as with writing them one by one.
         latest = {document_id: doc for document_id, doc in zip(document_ids, documents, strict=True)}
+        stored = self._stored(list(latest))
+        records = [
+            self._record(stored[i][0].id if i in stored else uuid4(), i, doc) for i, doc in latest.items()
+        ]
         vectors = self._embedding.embed_documents([doc.page_content for doc in latest.values()])
         self._bind(len(vectors[0]))
-        records = [self._record(document_id, doc) for document_id, doc in latest.items()]
         self.store.add(records, vectors)
+        # Records a concurrent add of the same new id left behind: keep the one just replaced.
+        extra = [record.id for found in stored.values() for record in found[1:]]
+        if extra:
+            self.store.delete(self._own, extra)
         return document_ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
@@ -138,17 +140,20 @@ class MemcoreVectorStore(VectorStore):
         """
         _refuse_options(kwargs)
         if ids is None:
-            self.store.delete_where(self.scope, self._documents_filter())
-        else:
-            self.store.delete(self.scope, [record_id(self.scope, _check_id(i)) for i in ids])
+            self.store.delete_where(self._own, self._documents_filter())
+            return True
+        wanted = list(dict.fromkeys(_check_id(i) for i in ids))
+        for start in range(0, len(wanted), _IDS_PER_READ):
+            self.store.delete_where(self._own, _with_ids(wanted[start : start + _IDS_PER_READ]))
         return True
 
     # -- reads ------------------------------------------------------------------------------
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The documents of the scope with these ids, in the order given; missing ids are skipped."""
-        records = self.store.get(self.scope, [record_id(self.scope, _check_id(i)) for i in ids])
-        return [_document(r) for r in records if r.kind == DOCUMENT_KIND and r.scope == self.scope]
+        wanted = list(dict.fromkeys(_check_id(i) for i in ids))
+        stored = self._stored(wanted)
+        return [_document(stored[i][0]) for i in wanted if i in stored]
 
     def similarity_search(
         self, query: str, k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
@@ -203,7 +208,7 @@ class MemcoreVectorStore(VectorStore):
         """As :meth:`max_marginal_relevance_search`, from a query vector (candidates' vectors read back)."""
         _refuse_options(kwargs)
         hits = self._hits(embedding, fetch_k, filter)
-        vectors = self.store.vectors(self.scope, [hit.record.id for hit in hits])
+        vectors = self.store.vectors(self._own, [hit.record.id for hit in hits])
         candidates = [hit for hit in hits if hit.record.id in vectors]
         chosen = maximal_marginal_relevance(
             np.asarray(embedding, dtype=np.float32),
@@ -245,19 +250,26 @@ class MemcoreVectorStore(VectorStore):
         self.store.bind_vector_space(VectorSpace(self._embedder_name, dimension))
 
     def _documents_filter(self, filter: FilterSpec | None = None) -> FilterSpec:
-        """The documents written through this scope, and matching ``filter`` if given."""
-        conditions: list[FilterSpec] = [
-            {"kind": DOCUMENT_KIND},
-            {f"metadata.{SCOPE_KEY}": self.scope.digest()},
-        ]
-        if filter:
-            conditions.append(_metadata_filter(filter))
-        return {"$and": conditions}
+        """The documents (records of kind ``document``), matching ``filter`` if given."""
+        if not filter:
+            return {"kind": DOCUMENT_KIND}
+        return {"$and": [{"kind": DOCUMENT_KIND}, _metadata_filter(filter, 0)]}
+
+    def _stored(self, document_ids: list[str]) -> dict[str, list[MemoryRecord]]:
+        """The records of the scope's documents with these ids, oldest first for each id."""
+        found: dict[str, list[MemoryRecord]] = {}
+        for start in range(0, len(document_ids), _IDS_PER_READ):
+            chunk = _with_ids(document_ids[start : start + _IDS_PER_READ])
+            for record in self.store.list(self._own, filter=chunk):
+                document_id = record.metadata.get(ID_KEY)
+                if isinstance(document_id, str):
+                    found.setdefault(document_id, []).append(record)
+        return found
 
     def _hits(self, vector: Sequence[float], k: int, filter: FilterSpec | None) -> list[ScoredRecord]:
         self._bind(len(vector))
         return self.store.search(
-            self.scope, vector=list(vector), filter=self._documents_filter(filter), limit=k
+            self._own, vector=list(vector), filter=self._documents_filter(filter), limit=k
         )
 
     def _search(
@@ -265,7 +277,7 @@ class MemcoreVectorStore(VectorStore):
     ) -> list[tuple[Document, float]]:
         return [(_document(hit.record), hit.score) for hit in self._hits(vector, k, filter)]
 
-    def _record(self, document_id: str, document: Document) -> MemoryRecord:
+    def _record(self, record_id: UUID, document_id: str, document: Document) -> MemoryRecord:
         metadata: dict[str, MetadataValue] = {}
         extra: dict[str, Any] = {}
         for key, value in document.metadata.items():
@@ -278,10 +290,11 @@ class MemcoreVectorStore(VectorStore):
                 metadata[EXTRA_KEY] = json.dumps(extra)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"metadata of document {document_id!r} is not JSON: {exc}") from None
+            except RecursionError:
+                raise InvalidInputError(f"metadata of document {document_id!r} nests too deeply") from None
         metadata[ID_KEY] = document_id
-        metadata[SCOPE_KEY] = self.scope.digest()
         return MemoryRecord(
-            id=record_id(self.scope, document_id),
+            id=record_id,
             scope=self.scope,
             message=Message(role="user", content=document.page_content),
             metadata=metadata,
@@ -293,7 +306,12 @@ def _document(record: MemoryRecord) -> Document:
     metadata: dict[str, Any] = {k: v for k, v in record.metadata.items() if not k.startswith(RESERVED_PREFIX)}
     extra = record.metadata.get(EXTRA_KEY)
     if isinstance(extra, str):
-        metadata.update(json.loads(extra))
+        try:
+            kept = json.loads(extra)
+        except (ValueError, RecursionError):
+            kept = None  # not written by this adapter: the record's other metadata still comes back
+        if isinstance(kept, dict):
+            metadata.update(kept)
     document_id = record.metadata.get(ID_KEY)
     return Document(
         page_content=record.message.content,
@@ -302,21 +320,41 @@ def _document(record: MemoryRecord) -> Document:
     )
 
 
-def _metadata_filter(spec: FilterSpec) -> FilterSpec:
+def _with_ids(document_ids: list[str]) -> FilterSpec:
+    return {"$and": [{"kind": DOCUMENT_KIND}, {f"metadata.{ID_KEY}": {"$in": document_ids}}]}
+
+
+def _metadata_filter(spec: FilterSpec, depth: int) -> FilterSpec:
     """A filter over document metadata keys as a memcore filter over ``metadata.<key>``."""
+    if depth > MAX_DEPTH:
+        raise FilterError(f"filters may nest at most {MAX_DEPTH} levels deep")
     if not isinstance(spec, dict):
-        raise InvalidInputError(f"a filter is a dict, got {type(spec).__name__}")
+        raise FilterError(f"a filter is a dict, got {type(spec).__name__}")
     translated: dict[str, Any] = {}
     for key, value in spec.items():
+        if not isinstance(key, str):
+            raise FilterError(f"filter keys are strings, got {key!r}")
         if key in _OPERATORS_WITH_SUBFILTERS and isinstance(value, list):
-            translated[key] = [_metadata_filter(part) for part in value]
+            translated[key] = [_metadata_filter(part, depth + 1) for part in value]
         elif key == "$not":
-            translated[key] = _metadata_filter(value)
+            translated[key] = _metadata_filter(value, depth + 1)
         elif key.startswith("$"):
-            translated[key] = value  # memcore's parser names what it does not know
+            translated[key] = _shallow(value, depth)  # memcore's parser names what it does not know
         else:
-            translated[f"metadata.{key}"] = value
+            translated[f"metadata.{key}"] = _shallow(value, depth)
     return translated
+
+
+def _shallow(value: Any, depth: int) -> Any:
+    """``value``, once checked not to nest deeper than filters may (walked without recursion)."""
+    pending = [(value, depth)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, dict | list | tuple):
+            if level > MAX_DEPTH:
+                raise FilterError(f"filters may nest at most {MAX_DEPTH} levels deep")
+            pending.extend((part, level + 1) for part in (item.values() if isinstance(item, dict) else item))
+    return value
 
 
 def _relevance(score: float) -> float:
@@ -333,6 +371,10 @@ def _embedder_name(embedding: Embeddings) -> str:
 def _check_id(document_id: object) -> str:
     if not isinstance(document_id, str) or not document_id:
         raise InvalidInputError(f"a document id is a non-empty string, got {document_id!r}")
+    try:
+        document_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"a document id is valid Unicode text, got {document_id!r}") from None
     return document_id
 
 
@@ -341,4 +383,4 @@ def _refuse_options(options: dict[str, Any]) -> None:
         raise InvalidInputError(f"unsupported arguments: {', '.join(sorted(options))}")
 
 
-__all__ = ["DOCUMENT_KIND", "MemcoreVectorStore", "record_id"]
+__all__ = ["DOCUMENT_KIND", "MemcoreVectorStore"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from uuid import UUID, uuid5
 
 import pytest
 from langchain_core.documents import Document
@@ -13,9 +15,9 @@ from langchain_tests.integration_tests import VectorStoreIntegrationTests
 from memcore import open_store
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import EmbedderMismatchError, FilterError, InvalidInputError
-from memcore.integrations.langchain import MemcoreVectorStore, record_id
+from memcore.integrations.langchain import MemcoreVectorStore
 from memcore.memories import LongtermMemory
-from memcore.records import Message
+from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace
 
@@ -53,7 +55,6 @@ def test_two_scopes_with_the_same_ids_never_see_or_delete_each_others_documents(
     )
     alice.add_documents([Document("alice's secret"), Document("alice's plan")], ids=["1", "2"])
     bob.add_documents([Document("bob's note")], ids=["1"])
-    assert record_id(alice.scope, "1") != record_id(bob.scope, "1")
     assert [d.page_content for d in bob.similarity_search("alice's secret", k=5)] == ["bob's note"]
     assert [d.page_content for d in bob.get_by_ids(["1", "2"])] == ["bob's note"]
     bob.delete(["1", "2"])
@@ -180,3 +181,165 @@ def test_repeated_ids_in_one_batch_keep_the_last(store: Store) -> None:
     docs = _docs(store, SCOPE)
     assert docs.add_documents([Document("first"), Document("second")], ids=["1", "1"]) == ["1", "1"]
     assert [d.page_content for d in docs.get_by_ids(["1"])] == ["second"]
+
+
+def _crafted(scope: Scope, marker: str, document_id: str, pretends: Scope) -> MemoryRecord:
+    """A record another memory wrote in ``scope``, dressed as a document of an adapter on ``pretends``."""
+    return MemoryRecord(
+        scope=scope,
+        message=Message(role="user", content=marker),
+        kind="document",
+        metadata={"lc_scope": pretends.digest(), "lc_id": document_id, "lc_extra": "{not json"},
+    )
+
+
+def test_records_of_other_scopes_are_never_read_or_deleted_whatever_their_metadata(store: Store) -> None:
+    tenant, alice, agent = (
+        Scope(tenant="acme"),
+        Scope(tenant="acme", user_id="alice"),
+        Scope(tenant="acme", user_id="alice", agent_id="coder"),
+    )
+    embedding = DeterministicFakeEmbedding(size=6)
+    # Around alice's vector store: her tenant (a parent), her agent (a child), bob (a sibling).
+    crafted = [
+        _crafted(scope, f"crafted {i}", "1", pretends)
+        for i, (scope, pretends) in enumerate(
+            [(tenant, alice), (agent, alice), (Scope(tenant="acme", user_id="bob"), alice), (alice, tenant)]
+        )
+    ]
+    store.bind_vector_space(
+        VectorSpace(f"langchain:{type(embedding).__module__}.DeterministicFakeEmbedding", 6)
+    )
+    store.add(crafted, [embedding.embed_query("secret") for _ in crafted])
+    for docs in (_docs(store, tenant), _docs(store, alice)):
+        outside = [r for r in store.list(Scope(tenant="acme")) if r.scope != docs.scope]
+        assert len(outside) >= 3
+        docs.add_documents([Document("own secret")], ids=["1"])
+        vector = embedding.embed_query("secret")
+        found = [
+            *docs.similarity_search("secret", k=10),
+            *(d for d, _ in docs.similarity_search_with_score("secret", k=10)),
+            *(d for d, _ in docs.similarity_search_with_relevance_scores("secret", k=10)),
+            *docs.similarity_search_by_vector(vector, k=10),
+            *docs.max_marginal_relevance_search("secret", k=10, fetch_k=10),
+            *docs.max_marginal_relevance_search_by_vector(vector, k=10, fetch_k=10),
+            *docs.get_by_ids(["1"]),
+            *asyncio.run(docs.asimilarity_search("secret", k=10)),
+            *asyncio.run(docs.amax_marginal_relevance_search("secret", k=10, fetch_k=10)),
+            *asyncio.run(docs.aget_by_ids(["1"])),
+        ]
+        assert {d.page_content for d in found} == {"own secret"}, docs.scope
+        assert len(found) == 10
+        docs.delete(["1"])
+        assert docs.get_by_ids(["1"]) == []
+        docs.add_documents([Document("own secret")], ids=["1"])
+        docs.delete()
+        docs.add_documents([Document("own secret")], ids=["1"])
+        asyncio.run(docs.adelete(["1"]))
+        assert docs.similarity_search("secret", k=10) == []
+        # Outside the exact scope nothing was touched; a record in it is the scope's own document.
+        assert store.get(Scope.everything(), [r.id for r in outside]) == outside
+
+
+def _old_record_id(scope: Scope, document_id: str) -> UUID:
+    """How record ids were derived before: public, so anyone could compute them."""
+    return uuid5(UUID("6c1d9a0e-2f4b-5b8e-9a57-3c0f1e7d2b61"), f"{scope.digest()}/{document_id}")
+
+
+def test_another_scope_can_neither_learn_nor_block_a_document_id(store: Store) -> None:
+    alice_scope, bob_scope = Scope(tenant="acme", user_id="alice"), Scope(tenant="acme", user_id="bob")
+    alice, bob = _docs(store, alice_scope), _docs(store, bob_scope)
+    # bob claims the ids alice's "salary-2026" would get, before and after she adds it
+    store.add(
+        [
+            MemoryRecord(
+                id=_old_record_id(alice_scope, "salary-2026"),
+                scope=bob_scope,
+                message=Message(role="user", content="squatter"),
+            )
+        ]
+    )
+    alice.add_documents([Document("alice's salary")], ids=["salary-2026"])
+    (stored,) = store.list(alice_scope.exact())
+    assert stored.id != _old_record_id(alice_scope, "salary-2026")
+    store.add(
+        [
+            MemoryRecord(
+                id=_old_record_id(alice_scope, "salary-2027"),
+                scope=bob_scope,
+                message=Message(role="user", content="probe"),
+            )
+        ]
+    )  # no IdConflictError
+    bob.add_documents([Document("bob's own")], ids=["salary-2026"])
+    # Upsert by document id within the scope keeps working, on the record it first got.
+    alice.add_documents([Document("alice's new salary")], ids=["salary-2026"])
+    assert [r.id for r in store.list(alice_scope.exact())] == [stored.id]
+    assert [d.page_content for d in alice.get_by_ids(["salary-2026"])] == ["alice's new salary"]
+    assert [d.page_content for d in bob.get_by_ids(["salary-2026"])] == ["bob's own"]
+    # A second record of one id (two writers adding it at once) is folded on the next add.
+    twin = stored.model_copy(update={"id": UUID(int=7)})
+    store.add([twin])
+    assert len(alice.get_by_ids(["salary-2026"])) == 1
+    alice.add_documents([Document("folded")], ids=["salary-2026"])
+    assert [r.message.content for r in store.list(alice_scope.exact())] == ["folded"]
+
+
+def test_documents_stored_with_the_earlier_derived_ids_are_still_found_and_replaced(store: Store) -> None:
+    docs = _docs(store, SCOPE)
+    vector = DeterministicFakeEmbedding(size=6).embed_query("old")
+    docs.add_documents([Document("x")], ids=["warmup"])  # binds the vector space
+    old = MemoryRecord(
+        id=_old_record_id(SCOPE, "1"),
+        scope=SCOPE,
+        message=Message(role="user", content="old"),
+        kind="document",
+        metadata={"lc_id": "1", "lc_scope": SCOPE.digest()},
+    )
+    store.add([old], [vector])
+    assert [(d.id, d.page_content) for d in docs.get_by_ids(["1"])] == [("1", "old")]
+    docs.add_documents([Document("new")], ids=["1"])
+    assert [d.page_content for d in docs.get_by_ids(["1"])] == ["new"]
+    assert store.get(SCOPE, [old.id])[0].message.content == "new"
+
+
+def _nested(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {"page": 1}
+    for _ in range(depth):
+        value = {"$not": value}
+    return value
+
+
+def test_hostile_filters_metadata_and_ids_are_typed_errors(store: Store) -> None:
+    docs = _docs(store, SCOPE)
+    docs.add_documents([Document("a", metadata={"page": 1})], ids=["1"])
+    deep_list: object = 1
+    for _ in range(10_000):
+        deep_list = [deep_list]
+    deep_metadata: dict[str, object] = {}
+    level = deep_metadata
+    for _ in range(5_000):
+        level["a"] = {}
+        level = level["a"]  # type: ignore[assignment]
+    for spec in (
+        _nested(10_000),
+        {"$and": [_nested(10_000)]},
+        {"page": {"$in": deep_list}},
+        {"page": deep_list},
+    ):
+        with pytest.raises(FilterError, match="nest"):
+            docs.similarity_search("a", filter=spec)
+    with pytest.raises(FilterError, match="keys are strings"):
+        docs.similarity_search("a", filter={1: 2})  # type: ignore[dict-item]
+    with pytest.raises(InvalidInputError, match="nests too deeply"):
+        docs.add_documents([Document("deep", metadata=deep_metadata)])
+    for call in (
+        lambda: docs.add_documents([Document("x")], ids=["\ud800"]),
+        lambda: docs.add_documents([Document("x", id="\udfff")]),
+        lambda: docs.get_by_ids(["\ud800"]),
+        lambda: docs.delete(["\ud800"]),
+    ):
+        with pytest.raises(InvalidInputError, match="valid Unicode"):
+            call()
+    assert [d.id for d in docs.similarity_search("a", k=5, filter=_nested(31))] == []
+    assert store.count(SCOPE) == 1
