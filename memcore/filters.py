@@ -28,6 +28,7 @@ exactly what it returns (the conformance suite checks this):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -303,6 +304,24 @@ def scalars_equal(stored: object, wanted: Scalar) -> bool:
     return type(stored) is type(wanted) and stored == wanted
 
 
+def _equality_key(value: object) -> tuple[object, object]:
+    """A hashable key equal for two values exactly when :func:`scalars_equal` holds."""
+    return ("number" if _is_number(value) else type(value), value)
+
+
+@functools.lru_cache(maxsize=256)
+def _keys_of(values: tuple[Scalar, ...]) -> frozenset[tuple[object, object]]:
+    return frozenset(_equality_key(value) for value in values)
+
+
+def _matches_any(stored: object, values: tuple[Scalar, ...]) -> bool:
+    """``$in`` in time independent of the list's length (a filter may hold a thousand values)."""
+    keys = _keys_of(values)
+    if isinstance(stored, list):
+        return any(_equality_key(item) in keys for item in stored)
+    return _equality_key(stored) in keys
+
+
 def _matches_eq(stored: object, wanted: Scalar) -> bool:
     if isinstance(stored, list):
         return any(scalars_equal(item, wanted) for item in stored)
@@ -335,9 +354,9 @@ def _evaluate_comparison(node: Comparison, record: MemoryRecord) -> bool:
     if op == "$ne":
         return not (present and _matches_eq(stored, value))  # type: ignore[arg-type]
     if op == "$in":
-        return present and any(_matches_eq(stored, item) for item in value)  # type: ignore[union-attr]
+        return present and _matches_any(stored, value)  # type: ignore[arg-type]
     if op == "$nin":
-        return not (present and any(_matches_eq(stored, item) for item in value))  # type: ignore[union-attr]
+        return not (present and _matches_any(stored, value))  # type: ignore[arg-type]
     if op == "$contains":
         return isinstance(stored, list) and value in stored
     return present and _matches_range(stored, op, value)  # type: ignore[arg-type]
