@@ -10,6 +10,14 @@ import writes them as they are, unless an embedder is given that is not the one 
 export's vectors come from: then every record is embedded again with it (its text, as
 memories embed it). :func:`migrate` does both without a file and then reads every
 record back from the destination to check it.
+
+An import stays inside the scope the export's header declares and the scope it is
+given: a line whose record lies outside either is refused with a
+:class:`~memcore.errors.ScopeError` naming the line, never skipped or written. So are
+vectors of another length than the header's (or the first vector's). Checked before
+anything is written, :func:`check_entries` makes a whole file fail without writing
+(``memcore import`` runs it first); an import that fails after writing part of its
+records raises :class:`IncompleteImportError`, which says how many were stored.
 """
 
 from __future__ import annotations
@@ -19,14 +27,22 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 import numpy as np
 
 from memcore.blocks import embedding_text
 from memcore.embedders.base import Embedder
-from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreError
+from memcore.errors import (
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    InvalidInputError,
+    InvalidRecordError,
+    MemcoreError,
+    ScopeError,
+    StoreError,
+)
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace
@@ -34,6 +50,7 @@ from memcore.validation import Matrix, Vector, check_scope
 
 FORMAT = "memcore-export/1"
 _TICK = timedelta(microseconds=1)  # the resolution of created_at
+_FIRST, _LAST = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
 BATCH = 500
 """Records read or written per store call."""
 
@@ -46,6 +63,22 @@ Progress = Callable[[int, int], None]
 
 def _no_progress(done: int, total: int) -> None:
     pass
+
+
+class IncompleteImportError(MemcoreError):
+    """An import failed after storing some of its records, which stay stored.
+
+    :param stored: how many records were stored (or replaced) before the failure.
+    :param cause: the error that stopped the import (also ``__cause__``).
+    """
+
+    def __init__(self, stored: int, cause: MemcoreError) -> None:
+        super().__init__(
+            f"{cause} -- the import stopped there: the {stored} records before it were stored "
+            "(records with the same id replaced), nothing after it"
+        )
+        self.stored = stored
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -73,8 +106,12 @@ def entries(store: Store, scope: Scope, batch: int = BATCH) -> Iterator[Entry]:
         full, last = len(page) == batch, page[-1].created_at
         if full:
             # The next page starts after ``last``: finish ``last``'s group of equal timestamps here.
+            # (At the ends of time there is nothing beyond ``last`` to bound the group with.)
             page = [r for r in page if r.created_at < last] + store.list(
-                scope, order="asc", after=last - _TICK, before=last + _TICK
+                scope,
+                order="asc",
+                after=last - _TICK if last > _FIRST else None,
+                before=last + _TICK if last < _LAST else None,
             )
         yield from _with_vectors(store, scope, page)
         if not full:
@@ -117,7 +154,9 @@ def read_export(lines: Iterable[str]) -> tuple[VectorSpace | None, Iterator[Entr
     """The vector space an export's vectors come from, and its entries (read lazily).
 
     :raises InvalidInputError: if the first line is not a memcore export header, or
-        (while iterating) a line is not a record line.
+        (while iterating) a line is not a record line, or holds a vector of another length
+        than the header's vector space (or, without one, than the first vector).
+    :raises ScopeError: (while iterating) for a record outside the scope the header declares.
     """
     stream = iter(lines)
     header = _json_line(next(stream, ""), 1)
@@ -125,8 +164,23 @@ def read_export(lines: Iterable[str]) -> tuple[VectorSpace | None, Iterator[Entr
         raise InvalidInputError(
             f"not a memcore export (format {header.get('format')!r}, expected {FORMAT!r})"
         )
-    space = header.get("vector_space")
-    return _space(space), _entries(stream)
+    space = _space(header.get("vector_space"))
+    return space, _entries(stream, _declared_scope(header.get("scope")), space)
+
+
+def check_entries(source: Iterable[Entry], *, scope: Scope | None = None) -> int:
+    """Read every entry as :func:`import_entries` would, writing nothing; return how many.
+
+    Run over a file before importing it, so that a line the import would refuse fails the
+    whole file before any record is written.
+
+    :raises ScopeError: for a record outside ``scope`` (or the scope the export declares).
+    :raises InvalidInputError: for a malformed line.
+    """
+    checked = 0
+    for _ in _admitted(source, scope):
+        checked += 1
+    return checked
 
 
 def import_entries(
@@ -142,10 +196,12 @@ def import_entries(
     """Write exported entries into ``store``; records already there (same id) are replaced.
 
     :param space: the embedder the entries' vectors come from.
-    :param scope: import only the records this scope sees.
+    :param scope: the scope the import stays in: a record outside it is refused.
     :param embedder: embed every record again with it, unless it is the one of ``space``.
     :raises EmbedderMismatchError: if ``store`` holds another embedder's vectors and
         no ``embedder`` of that kind was given to embed the records again.
+    :raises ScopeError: for a record outside ``scope``, before its batch is written.
+    :raises IncompleteImportError: if anything fails once records were stored; it says how many.
     """
     reembed = embedder is not None and (space is None or embedder.name != space.embedder)
     bound = store.vector_space()
@@ -159,11 +215,11 @@ def import_entries(
                 f"{space.embedder} ({space.dimension}-d): pass the destination's embedder to embed again"
             )
         store.bind_vector_space(space)
-    records = with_vectors = 0
+    records = with_vectors = stored = 0
     batch: list[Entry] = []
 
     def flush() -> None:
-        nonlocal with_vectors
+        nonlocal with_vectors, stored
         if reembed:
             assert embedder is not None
             # Records stored without a vector (plain history) stay without one.
@@ -175,22 +231,47 @@ def import_entries(
                 f"the export does not say which embedder its vectors come from, and the destination holds "
                 f"vectors of {bound.embedder}: pass that embedder to embed the records again"
             )
-        add_entries(store, batch)
+        # Two calls (with and without vectors), each counted once it returned.
+        for part in ([e for e in batch if e[1] is not None], [e for e in batch if e[1] is None]):
+            add_entries(store, part)
+            stored += len(part)
         with_vectors += sum(vector is not None for _, vector in batch)
         batch.clear()
 
-    for record, vector in source:
-        if scope is not None and not scope.matches(record.scope):
-            continue
-        batch.append((record, vector))
-        records += 1
-        if len(batch) == BATCH:
+    try:
+        for record, vector in _admitted(source, scope):
+            batch.append((record, vector))
+            records += 1
+            if len(batch) == BATCH:
+                flush()
+                progress(records, max(total, records))
+        if batch:
             flush()
-            progress(records, max(total, records))
-    if batch:
-        flush()
+    except MemcoreError as exc:
+        if stored:
+            raise IncompleteImportError(stored, exc) from exc
+        raise
     progress(records, max(total, records))
     return Outcome(records, with_vectors, reembed)
+
+
+def _admitted(source: Iterable[Entry], scope: Scope | None) -> Iterator[Entry]:
+    """``source``, refusing a record outside ``scope`` and a vector of another length than the first."""
+    dimension: int | None = None
+    for number, (record, vector) in enumerate(source, start=1):
+        if scope is not None and not scope.matches(record.scope):
+            raise ScopeError(
+                f"record {number} of the import ({record.id}) belongs to {record.scope}, outside the "
+                f"import's scope {scope}: nothing outside it is imported"
+            )
+        if vector is not None:
+            dimension = dimension or len(vector)
+            if len(vector) != dimension:
+                raise DimensionMismatchError(
+                    f"record {number} of the import ({record.id}) has a {len(vector)}-dimensional "
+                    f"vector, the records before it {dimension}"
+                )
+        yield record, vector
 
 
 def migrate(
@@ -241,6 +322,10 @@ def add_entries(store: Store, batch: Sequence[tuple[MemoryRecord, Vector | None]
     """``add`` records as they were stored: those with vectors in one call, those without in another."""
     vectored = [(record, vector) for record, vector in batch if vector is not None]
     plain = [record for record, vector in batch if vector is None]
+    if len({len(vector) for _, vector in vectored}) > 1:
+        raise DimensionMismatchError(
+            f"vectors of {len({len(v) for _, v in vectored})} lengths in one batch; a store holds one"
+        )
     if vectored:
         store.add(
             [record for record, _ in vectored],
@@ -267,14 +352,43 @@ def _pages(source: Iterable[Entry], size: int) -> Iterator[list[Entry]]:
         yield page
 
 
-def _entries(lines: Iterator[str]) -> Iterator[Entry]:
+def _entries(lines: Iterator[str], declared: Scope | None, space: VectorSpace | None) -> Iterator[Entry]:
     for number, line in enumerate(lines, start=2):
         if not line.strip():
             continue
         data = _json_line(line, number)
         if "record" not in data:
             raise InvalidInputError(f"line {number} of the export is not a record line")
-        yield MemoryRecord.model_validate(data["record"]), _decode(data.get("vector"), number)
+        try:
+            record = MemoryRecord.model_validate(data["record"])
+        except MemcoreError as exc:
+            raise type(exc)(f"line {number} of the export: {exc}") from None
+        except (OverflowError, RecursionError) as exc:  # times at the ends of the calendar, deep JSON
+            raise InvalidRecordError(f"line {number} of the export holds an invalid record: {exc}") from None
+        if declared is not None and not declared.matches(record.scope):
+            raise ScopeError(
+                f"line {number} of the export: record {record.id} belongs to {record.scope}, outside "
+                f"the scope the export declares ({declared}): nothing outside it is imported"
+            )
+        vector = _decode(data.get("vector"), number)
+        if vector is not None and space is not None and len(vector) != space.dimension:
+            raise DimensionMismatchError(
+                f"line {number} of the export has a {len(vector)}-dimensional vector; its header "
+                f"says {space.dimension}"
+            )
+        yield record, vector
+
+
+def _declared_scope(data: object) -> Scope | None:
+    """The scope an export's header declares (``None``: the whole store)."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"the export header's scope is malformed: {data!r}")
+    try:
+        return Scope.model_validate(data)
+    except MemcoreError as exc:
+        raise ScopeError(f"the export header's scope is invalid: {exc}") from None
 
 
 def _json_line(line: str, number: int) -> dict[str, Any]:

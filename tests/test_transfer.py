@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
-from collections.abc import Sequence
-from datetime import timedelta
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -13,17 +15,34 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memcore import open_store
+from memcore import open_store, transfer
 from memcore.blocks import embedding_text
 from memcore.cli import main
 from memcore.embedders.hashing import HashEmbedder
-from memcore.errors import EmbedderMismatchError, InvalidInputError, StoreError, UnsupportedOperationError
+from memcore.errors import (
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    InvalidInputError,
+    MemcoreError,
+    ScopeError,
+    StoreError,
+    UnsupportedOperationError,
+)
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Store, VectorSpace
 from memcore.stores.memory import MemoryStore
 from memcore.testing.helpers import BASE_TIME, make_record, random_vectors
-from memcore.transfer import entries, export, import_entries, migrate, read_export
+from memcore.transfer import (
+    IncompleteImportError,
+    add_entries,
+    check_entries,
+    entries,
+    export,
+    import_entries,
+    migrate,
+    read_export,
+)
 
 ALICE, BOB = Scope(tenant="acme", user_id="alice"), Scope(tenant="acme", user_id="bob")
 
@@ -83,7 +102,13 @@ def test_export_and_import_filter_by_scope() -> None:
         everything = io.StringIO()
         export(source, Scope.everything(), everything)
         space, found = read_export(io.StringIO(everything.getvalue()))
-        assert import_entries(destination, space, found, scope=ALICE).records == 12
+        with pytest.raises(ScopeError, match="outside the import's scope"):
+            import_entries(destination, space, found, scope=ALICE)  # bob's lines are refused, not skipped
+        assert destination.count(Scope.everything()) == 0
+        alice = io.StringIO()
+        export(source, ALICE, alice)
+        space, found = read_export(io.StringIO(alice.getvalue()))
+        assert import_entries(destination, space, found, scope=Scope(tenant="acme")).records == 12
         assert destination.count(BOB) == 0 and destination.count(ALICE) == 12
 
 
@@ -186,3 +211,120 @@ def test_a_store_without_the_vectors_hook_says_so() -> None:
         assert store.count(ALICE) == 1
         with pytest.raises(UnsupportedOperationError, match="cannot read vectors back"):
             export(store, ALICE, io.StringIO())
+
+
+ACME, GLOBEX = Scope(tenant="acme"), Scope(tenant="globex", user_id="carol")
+
+
+def _line(record: MemoryRecord, vector: npt.NDArray[np.float32] | None = None) -> str:
+    encoded = None if vector is None else base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return json.dumps({"record": json.loads(record.model_dump_json()), "vector": encoded})
+
+
+def _export_file(
+    path: Path, scope: dict[str, str] | None, records: list[MemoryRecord], dim: int | None = None
+) -> Path:
+    space = None if dim is None else {"embedder": "hash", "dimension": dim}
+    header = json.dumps({"format": "memcore-export/1", "scope": scope, "vector_space": space})
+    path.write_text("\n".join([header, *(_line(r) for r in records)]) + "\n")
+    return path
+
+
+def test_an_import_refuses_lines_outside_the_scope_its_header_declares(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"jsonl://{tmp_path / 'store'}"
+    theirs = make_record(GLOBEX, "globex's own")
+    with open_store(url) as store:
+        store.add([theirs])
+    overwrite = theirs.model_copy(update={"message": theirs.message.model_copy(update={"content": "owned"})})
+    crafted = _export_file(
+        tmp_path / "crafted.jsonl",
+        {"tenant": "acme"},
+        [make_record(ACME, "acme's"), overwrite, make_record(GLOBEX, "new in globex")],
+    )
+    assert main(["import", url, str(crafted)]) == 1
+    assert "outside the scope the export declares" in capsys.readouterr().err
+    assert main(["import", url, str(crafted), "--tenant", "acme"]) == 1  # refused, not skipped
+    assert "line 3 of the export" in capsys.readouterr().err
+    with open_store(url) as store:
+        assert store.list(Scope.everything()) == [theirs]  # nothing written, inside the scope or out
+        with crafted.open() as lines:
+            space, found = read_export(lines)
+            with pytest.raises(ScopeError):
+                import_entries(store, space, found)
+        assert store.list(Scope.everything()) == [theirs]
+
+
+def test_an_import_refuses_lines_outside_the_scope_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"jsonl://{tmp_path / 'store'}"
+    undeclared = _export_file(
+        tmp_path / "all.jsonl", None, [make_record(ACME, "acme's"), make_record(GLOBEX, "globex's")]
+    )
+    assert main(["import", url, str(undeclared), "--tenant", "acme"]) == 1
+    assert "outside the import's scope tenant=acme" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.StringIO(undeclared.read_text()))
+    assert main(["import", url, "-", "--tenant", "acme"]) == 1
+    with open_store(url) as store:
+        assert store.count(Scope.everything()) == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO(undeclared.read_text()))
+    assert main(["import", url, "-"]) == 0
+    assert "imported 2 records" in capsys.readouterr().err
+    with undeclared.open() as lines:
+        assert check_entries(read_export(lines)[1], scope=Scope.everything()) == 2
+
+
+def test_a_failed_import_says_how_many_records_it_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "BATCH", 2)
+    good = [make_record(ALICE, f"r{i}") for i in range(5)]
+
+    def source() -> Iterator[tuple[MemoryRecord, None]]:
+        yield from ((record, None) for record in good)
+        yield make_record(BOB, "outside"), None
+
+    with open_store("memory://") as store:
+        with pytest.raises(IncompleteImportError, match="the 4 records before it were stored") as caught:
+            import_entries(store, None, source(), scope=ALICE)
+        assert caught.value.stored == 4 == store.count(ALICE)
+        assert isinstance(caught.value.cause, ScopeError)
+        with pytest.raises(ScopeError):
+            check_entries(source(), scope=ALICE)
+
+
+def test_vectors_of_two_lengths_are_refused_typed(tmp_path: Path) -> None:
+    first, second = make_record(ALICE, "a"), make_record(ALICE, "b")
+    rows = [(first, np.ones(3, dtype=np.float32)), (second, np.ones(4, dtype=np.float32))]
+    header = '{"format": "memcore-export/1", "vector_space": null}'
+    with open_store("memory://") as store:
+        with pytest.raises(DimensionMismatchError):
+            add_entries(store, rows)
+        with pytest.raises(DimensionMismatchError, match="record 2 of the import"):
+            import_entries(store, None, iter(rows))
+        spaced = '{"format": "memcore-export/1", "vector_space": {"embedder": "hash", "dimension": 3}}'
+        with pytest.raises(DimensionMismatchError, match="line 3 of the export"):
+            list(read_export([spaced, *(_line(r, v) for r, v in rows)])[1])
+        with pytest.raises(DimensionMismatchError):
+            check_entries(read_export([header, *(_line(r, v) for r, v in rows)])[1])
+        assert store.count(ALICE) == 0
+
+
+def test_an_import_of_a_time_at_the_end_of_the_calendar_is_a_typed_error() -> None:
+    data = json.loads(make_record(ALICE).model_dump_json())
+    data["created_at"] = "0001-01-01T00:00:00+01:00"
+    lines = ['{"format": "memcore-export/1", "vector_space": null}', json.dumps({"record": data})]
+    with pytest.raises(MemcoreError):
+        list(read_export(lines)[1])
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_export_and_migrate_page_past_records_at_the_ends_of_time(batch: int) -> None:
+    ends = [datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)]
+    written = [make_record(ALICE, f"r{i}").model_copy(update={"created_at": ends[i % 2]}) for i in range(4)]
+    written.append(make_record(ALICE, "now"))
+    with open_store("memory://") as source, open_store("memory://") as destination:
+        source.add(written)
+        assert sorted(r.id for r, _ in entries(source, ALICE, batch=batch)) == sorted(r.id for r in written)
+        assert export(source, ALICE, io.StringIO()) == 5
+        assert migrate(source, destination, ALICE).records == 5

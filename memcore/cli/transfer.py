@@ -19,7 +19,15 @@ from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError
 from memcore.plugins import open_embedder, open_store
 from memcore.scope import SCOPE_FIELDS, Scope
-from memcore.transfer import Outcome, Progress, export, import_entries, migrate, read_export
+from memcore.transfer import (
+    Outcome,
+    Progress,
+    check_entries,
+    export,
+    import_entries,
+    migrate,
+    read_export,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -38,7 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "import",
         help="write an export's records into a store",
-        description="Write the records of an export into a store (records with the same id are replaced).",
+        description="Write the records of an export into a store (records with the same id are replaced). "
+        "The import stays inside the scope the export declares and the one the scope options give: "
+        "a line outside either fails the command before anything is written.",
     )
     parser.add_argument("url", help="the store to write into")
     parser.add_argument("file", help="the export to read ('-': standard input)")
@@ -142,17 +152,39 @@ def _run_export(args: argparse.Namespace) -> int:
 
 def _run_import(args: argparse.Namespace) -> int:
     embedder = _embedder(args)
-    with (
-        _opened_file(args.file, "r") as lines,
-        open_store(args.url) as store,
-        _progress("import") as progress,
-    ):
-        space, entries = read_export(lines)
-        outcome = import_entries(
-            store, space, entries, scope=_scope(args), embedder=embedder, progress=progress
-        )
+    scope = _scope(args)
+    with _readable_twice(args.file) as name:
+        # First every line is checked (scope, shape, vectors), so a refused line writes nothing.
+        with _opened_file(name, "r") as lines:
+            space, entries = read_export(lines)
+            total = check_entries(entries, scope=scope)
+        with (
+            _opened_file(name, "r") as lines,
+            open_store(args.url) as store,
+            _progress("import") as progress,
+        ):
+            space, entries = read_export(lines)
+            outcome = import_entries(
+                store, space, entries, scope=scope, embedder=embedder, total=total, progress=progress
+            )
     _report("imported", outcome, args.url)
     return 0
+
+
+@contextmanager
+def _readable_twice(name: str) -> Iterator[str]:
+    """``name``, or for standard input (``-``) a private temporary copy of it, removed afterwards."""
+    if name != "-":
+        yield name
+        return
+    descriptor, temporary = tempfile.mkstemp(prefix="memcore-import-", suffix=".jsonl")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as copy:
+            for line in sys.stdin:
+                copy.write(line)
+        yield temporary
+    finally:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def _run_migrate(args: argparse.Namespace) -> int:
