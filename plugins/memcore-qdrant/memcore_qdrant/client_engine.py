@@ -40,6 +40,7 @@ from memcore_qdrant.engine import (
     Hit,
     Point,
     indexes_to_create,
+    keep_forever,
     pages,
 )
 from memcore_qdrant.errors import IncompatibleCollectionError, IncompatibleServerError
@@ -425,6 +426,17 @@ class ClientEngine:
 
     def purge(self) -> None:
         """Nothing to do here: Qdrant's optimizer vacuums deleted points from the segments itself."""
+
+    def replace_client(self, client: QdrantClient) -> None:
+        """Use ``client`` from now on: in a forked child, instead of the parent's.
+
+        The inherited client is neither closed nor ever dropped here (its destructor would close
+        it): its HTTP connections are the parent's too, and closing them, or sending on them,
+        would end or mix the parent's requests. What this engine knows of the collection (the
+        dimension, the binding) carries over; it is re-read whenever it could be stale anyway.
+        """
+        keep_forever(self._client)
+        self._client = client
 
     def close(self) -> None:
         self._client.close()

@@ -37,11 +37,17 @@ _COLLECTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
 
 @dataclass(frozen=True)
 class Connection:
-    """An open engine, the lock that serialises its calls, and how to let go of it."""
+    """An open engine, the lock that serialises its calls, and how to let go of it.
+
+    ``reconnect``, for a server only, gives the engine connections of its own in a
+    process forked from the opener's (:meth:`memcore.store.BaseStore._reconnect_in_child`);
+    embedded engines have none, so their stores refuse in a forked child.
+    """
 
     engine: Engine
     lock: Any
     release: Callable[[], None]
+    reconnect: Callable[[], None] | None = None
 
 
 def connect_edge(path: str | os.PathLike[str]) -> Connection:
@@ -71,7 +77,7 @@ def connect_memory() -> Connection:
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
-    lock = embedded.ProcessLock(str(root))
+    lock = embedded.ProcessLock()
     # A store never closed still leaves no folder behind once the interpreter exits.
     remove = weakref.finalize(engine, _remove_folder, root, lock.pid)
 
@@ -127,15 +133,27 @@ def connect_server(base_url: str, collection: str, api_key: str | None = None) -
         )
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
     location = f"{base_url}/{collection}"
-    with translated("connect", location):
+
+    def new_client() -> QdrantClient:
         # check_server_version replaces qdrant-client's own check, which only warns, from a thread.
-        client = QdrantClient(
+        return QdrantClient(
             url=base_url, api_key=key, timeout=SERVER_TIMEOUT_SECONDS, check_compatibility=False
         )
+
+    with translated("connect", location):
+        client = new_client()
         try:
             check_server_version(client, location)
             engine = ClientEngine(client, collection, location, server=True)
         except BaseException:
             client.close()
             raise
-    return Connection(engine, threading.RLock(), engine.close)
+    return server_connection(engine, new_client)
+
+
+def server_connection(engine: ClientEngine, new_client: Callable[[], QdrantClient]) -> Connection:
+    """The connection of a server store: in a forked child, ``new_client()`` replaces the inherited
+    client (whose sockets are the parent's too), which is dropped unclosed."""
+    return Connection(
+        engine, threading.RLock(), engine.close, reconnect=lambda: engine.replace_client(new_client())
+    )

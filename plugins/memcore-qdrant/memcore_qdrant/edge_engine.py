@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from memcore_qdrant.engine import (
     Hit,
     Point,
     indexes_to_create,
+    keep_forever,
     pages,
 )
 from memcore_qdrant.errors import IncompatibleCollectionError
@@ -192,6 +195,20 @@ def _dense_vector(config: dict[str, Any], shard_path: Path) -> int | None:
     return size
 
 
+_engines: weakref.WeakSet[EdgeEngine] = weakref.WeakSet()
+"""Every engine open in this process."""
+
+
+def _keep_inherited_shards() -> None:
+    """In a forked child: the parent's shards must never be dropped here (a drop flushes them)."""
+    for engine in list(_engines):
+        keep_forever(engine._shard)
+    _engines.clear()
+
+
+os.register_at_fork(after_in_child=_keep_inherited_shards)
+
+
 class EdgeEngine:
     """A Qdrant Edge shard under ``root``, with memcore's metadata beside it.
 
@@ -231,6 +248,7 @@ class EdgeEngine:
                 f"the shard at {shard_path} holds {self._dimension}-dimensional vectors but the store is "
                 f"bound to {self._space.embedder!r} ({self._space.dimension} dimensions)"
             )
+        _engines.add(self)
 
     def dimension(self) -> int | None:
         return self._dimension

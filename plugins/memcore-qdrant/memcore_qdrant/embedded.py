@@ -9,12 +9,15 @@ gets :class:`~memcore.errors.StoreLockedError`. The operating system releases
 the lock of a killed process.
 
 A child made by ``fork()`` is another process too, though it inherits the
-parent's memory and open files. After a fork the child forgets the parent's
-registry (and closes its copies of the lock files, which keep the lock held
-only through the parent's), so opening the path again in the child gets
-:class:`~memcore.errors.StoreLockedError` while the parent holds it; store
-objects the child inherited refuse every call, and closing them in the child
-leaves the parent's engine alone.
+parent's memory and open files. :class:`memcore.store.BaseStore` refuses every
+call of a store object in a process other than its opener's
+(:class:`~memcore.errors.StoreForkedError`) and closes nothing there. What is
+left to this module: the child forgets the parent's registry (and closes its
+copies of the lock files, which keep the lock held only through the parent's),
+so opening the path again in the child gets
+:class:`~memcore.errors.StoreLockedError` while the parent holds it; a release
+in the child leaves the parent's engine alone; and the inherited shards are
+never dropped there (see :func:`memcore_qdrant.engine.keep_forever`).
 """
 
 from __future__ import annotations
@@ -36,16 +39,14 @@ DIR_MODE = 0o700
 
 
 class ProcessLock:
-    """A re-entrant lock that only the process which created it may take.
+    """A re-entrant lock serialising an engine's calls, which knows the process that made it.
 
-    In a forked child, taking it raises :class:`~memcore.errors.StoreLockedError`
-    instead of touching an engine the parent owns (or waiting forever on a lock
-    a parent thread held at the fork).
+    Store calls in a forked child never get here (the core refuses them first);
+    :meth:`owned` tells releases in such a child to leave the parent's engine alone.
     """
 
-    def __init__(self, where: str) -> None:
+    def __init__(self) -> None:
         self.pid = os.getpid()
-        self._where = where
         self._lock = threading.RLock()
 
     def owned(self) -> bool:
@@ -53,12 +54,6 @@ class ProcessLock:
         return os.getpid() == self.pid
 
     def __enter__(self) -> None:
-        if not self.owned():
-            raise StoreLockedError(
-                f"the Qdrant store at {self._where} was opened by process {self.pid}, which this "
-                f"process ({os.getpid()}) was forked from; open the store again in this process "
-                "(it is locked while the parent has it open), or use a Qdrant server for several processes"
-            )
         self._lock.acquire()
 
     def __exit__(
@@ -142,7 +137,7 @@ def _open_path(key: Path, kind: str, open_engine: Callable[[Path], Engine]) -> O
     except BaseException:
         os.close(fd)
         raise
-    opened = _open[key] = OpenPath(key, engine, kind, fd, ProcessLock(str(key)))
+    opened = _open[key] = OpenPath(key, engine, kind, fd, ProcessLock())
     return opened
 
 

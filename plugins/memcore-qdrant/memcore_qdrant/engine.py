@@ -10,6 +10,7 @@ thread-safe: the store serialises every call under its lock.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -19,6 +20,18 @@ from memcore.store import VectorSpace
 from memcore_qdrant import payload as fields
 from memcore_qdrant.filters import Clause, IndexKind
 from memcore_qdrant.keywords import SparseVector
+
+
+def keep_forever(thing: object) -> None:
+    """Never let ``thing`` be deallocated in this process, not even at interpreter exit.
+
+    For what a forked child inherits from its parent and must not tear down: dropping a Qdrant
+    Edge shard flushes it (a child did rewrite the parent's segment files), and dropping a
+    ``QdrantClient`` closes its connections, which the parent shares. An extra reference
+    count is the only way to keep Python's finalisation from running their destructors.
+    """
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(thing))
+
 
 VECTOR_NAME = "dense"
 """The named vector that holds a record's embedding (absent on records written without one)."""

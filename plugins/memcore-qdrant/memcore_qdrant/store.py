@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import threading
 from datetime import datetime
 from typing import ClassVar, Self
 from urllib.parse import urlsplit
@@ -335,6 +336,19 @@ class QdrantStore(BaseStore):
                     f"the store holds {self._engine.dimension()}-dimensional vectors, not {space.dimension}"
                 )
             self._engine.save_space(space)
+
+    def _reconnect_in_child(self) -> None:
+        """In a forked child: a server store gets a client of its own; an embedded one refuses.
+
+        :raises StoreForkedError: for ``qdrant://`` and ``qdrant+memory://``, whose shard the
+            parent owns (open the store again in the child once the parent closed it, or use a server).
+        """
+        if self._connection.reconnect is None:
+            super()._reconnect_in_child()
+            return
+        with translated("reconnect in a forked process", self.location):
+            self._connection.reconnect()
+        self._lock = threading.RLock()  # a parent thread may have held the inherited one at the fork
 
     def _close(self) -> None:
         with translated("close", self.location):

@@ -21,7 +21,7 @@ from memcore_qdrant import payload as fields
 from memcore_qdrant.meta import write_space
 from qdrant_client import QdrantClient, models
 
-from memcore.errors import StoreLockedError
+from memcore.errors import StoreForkedError, StoreLockedError
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import VectorSpace
@@ -69,7 +69,7 @@ def test_a_second_process_gets_store_locked_error(tmp_path: Path) -> None:
     root = tmp_path / "store"
     probe = (
         "import sys\n"
-        "from memcore.errors import StoreLockedError\n"
+        "from memcore.errors import StoreForkedError, StoreLockedError\n"
         "from memcore_qdrant import QdrantStore\n"
         "try:\n"
         f"    QdrantStore.from_url({f'qdrant://{root}'!r})\n"
@@ -146,19 +146,25 @@ def _in_forked_child(url: str, inherited: list[QdrantStore], results: Any) -> No
         try:
             store.count(Scope(tenant="acme"))
             outcome.append("inherited: usable")
-        except StoreLockedError:
-            outcome.append("inherited: StoreLockedError")
+        except StoreForkedError:
+            outcome.append("inherited: StoreForkedError")
         store.close()  # must leave the parent's engine (and the memory store's folder) alone
     results.put(outcome)
 
 
-def test_a_forked_child_gets_store_locked_error_and_leaves_the_parent_alone(tmp_path: Path) -> None:
+def _files(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_forked_child_is_refused_typed_and_leaves_the_parent_alone(tmp_path: Path) -> None:
     context = multiprocessing.get_context("fork")
     url = f"qdrant://{tmp_path / 'store'}"
     scope = Scope(tenant="acme")
     with QdrantStore.from_url(url) as store, QdrantMemoryStore.from_url("qdrant+memory://") as memory:
-        store.add([_record(scope, "parent")])
+        store.add([_record(scope, f"parent {i}") for i in range(20)])
+        store.delete(scope, [store.list(scope, limit=1)[0].id])
         memory.add([_record(scope, "parent")])
+        before = _files(tmp_path / "store")
         results = context.Queue()
         child = context.Process(target=_in_forked_child, args=(url, [store, memory], results))
         child.start()
@@ -168,14 +174,71 @@ def test_a_forked_child_gets_store_locked_error_and_leaves_the_parent_alone(tmp_
         finally:
             if child.is_alive():
                 child.kill()
-        assert outcome == ["reopen: StoreLockedError", *["inherited: StoreLockedError"] * 2]
+        assert outcome == ["reopen: StoreLockedError", *["inherited: StoreForkedError"] * 2]
         assert child.exitcode == 0
+        assert _files(tmp_path / "store") == before, "the child wrote into the parent's shard"
         store.add([_record(scope, "parent, after the child")])
-        assert store.count(scope) == 2
+        assert store.count(scope) == 20
         assert memory.count(scope) == 1
         assert Path(memory.location).is_dir()
     with QdrantStore.from_url(url) as reopened:
-        assert reopened.count(scope) == 2
+        assert reopened.count(scope) == 20
+
+
+_DROP_IN_CHILD = """
+import gc, os, sys
+from memcore_qdrant import QdrantStore
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+
+scope = Scope(tenant="acme")
+store = QdrantStore.from_url(sys.argv[1])
+records = [MemoryRecord(scope=scope, message=Message(role="user", content=f"r{i}")) for i in range(20)]
+store.add(records)
+store.delete(scope, [records[0].id])
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+sys.stdin.readline()  # the test takes its snapshot of the files now
+child = os.fork()
+if child == 0:  # a worker that drops what it inherited and exits normally, finalisers and all
+    store.close()
+    del store
+    gc.collect()
+    sys.exit(0)
+_, status = os.waitpid(child, 0)
+sys.stdout.write(f"child exited {status}\\n")
+sys.stdout.flush()
+sys.stdin.readline()  # the second snapshot
+store.add([MemoryRecord(scope=scope, message=Message(role="user", content="after"))])
+store.close()
+"""
+
+
+def test_a_forked_child_dropping_an_inherited_store_never_writes_the_parents_shard(tmp_path: Path) -> None:
+    """Dropping a Qdrant Edge shard flushes it: a child used to rewrite the parent's segment files."""
+    root = tmp_path / "store"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _DROP_IN_CHILD, f"qdrant://{root}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None and parent.stdin is not None
+        assert parent.stdout.readline() == "ready\n"
+        before = _files(root)
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline() == "child exited 0\n"
+        changed = sorted(name for name, seen in _files(root).items() if before.get(name) != seen)
+        assert changed == []
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        assert parent.wait(timeout=60) == 0
+    finally:
+        parent.kill()
+    with QdrantStore.from_url(f"qdrant://{root}") as reopened:
+        assert reopened.count(Scope(tenant="acme")) == 20
 
 
 def test_the_memory_store_lives_in_the_temporary_directory(

@@ -9,6 +9,7 @@ qdrant-client in-memory client, as several processes share a server's collection
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,3 +160,111 @@ def test_a_complete_collection_gets_no_index_requests() -> None:
     client.get_collection.return_value = _collection(schema)
     ClientEngine(client, "memcore", "http://server:6333/memcore", server=True)
     client.create_payload_index.assert_not_called()
+
+
+def _qdrant_1_20(requests: list[tuple[str, int]]) -> ThreadingHTTPServer:
+    """A stub answering like Qdrant 1.20 the calls of opening a store and counting (always 7).
+
+    It keeps connections alive (HTTP/1.1, as Qdrant does) and records each request with the
+    client's source port, which tells one TCP connection from another.
+    """
+    indexes = {name: {"data_type": "keyword", "points": 0} for name in fields.KEYWORD_FIELDS}
+    indexes[fields.CREATED_AT] = {"data_type": "integer", "points": 0}
+    collection = {
+        "status": "green",
+        "optimizer_status": "ok",
+        "segments_count": 1,
+        "config": {
+            "params": {"vectors": {}, "sparse_vectors": {KEYWORD_VECTOR: {}}},
+            "hnsw_config": {"m": 16, "ef_construct": 100, "full_scan_threshold": 10000},
+            "optimizer_config": {
+                "deleted_threshold": 0.2,
+                "vacuum_min_vector_number": 1000,
+                "default_segment_number": 0,
+                "flush_interval_sec": 5,
+            },
+            "wal_config": {"wal_capacity_mb": 32, "wal_segments_ahead": 0},
+            "metadata": {KEYWORDS_KEY: True},
+        },
+        "payload_schema": indexes,
+    }
+    answers: dict[str, Any] = {
+        "GET /collections/memcore/exists": {"exists": True},
+        "GET /collections/memcore": collection,
+        "POST /collections/memcore/points/count": {"count": 7},
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            call = f"{self.command} {self.path.split('?')[0]}"
+            requests.append((call, self.client_address[1]))
+            if call == "GET /":
+                answer: Any = {"title": "qdrant - vector search engine", "version": "1.20.0"}
+            elif call in answers:
+                answer = {"result": answers[call], "status": "ok", "time": 0.0}
+            else:
+                self.send_error(404)
+                return
+            body = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._answer()
+
+        def do_POST(self) -> None:
+            self._answer()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    # Not 127.0.0.1: qdrant-client turns keep-alive off for "localhost" and "127.0.0.1" only.
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_server_store_reconnects_in_a_forked_child_and_leaves_the_parents_connection_alone() -> None:
+    """The child gets a client of its own (a new TCP connection), and the inherited one is never
+    closed or used there: the parent goes on over its own connection."""
+    requests: list[tuple[str, int]] = []
+    server = _qdrant_1_20(requests)
+    scope = Scope(tenant="acme")
+    try:
+        store = QdrantServerStore.from_url(f"qdrant+http://127.0.0.2:{server.server_address[1]}/memcore")
+        assert store.count(scope) == 7
+        parent_ports = {port for _, port in requests}
+        assert len(parent_ports) == 1, requests  # one kept-alive connection
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            try:
+                inherited = store._engine._client  # type: ignore[attr-defined]
+                counted = store.count(scope)
+                fresh = store._engine._client is not inherited  # type: ignore[attr-defined]
+                store.close()
+                report = {"count": counted, "fresh": fresh, "inherited_closed": inherited._client.closed}
+            except BaseException as exc:
+                report = {"error": repr(exc)}
+            os.write(write_end, json.dumps(report).encode())
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as pipe:
+            report = json.loads(pipe.read())
+        os.waitpid(child, 0)
+        assert report == {"count": 7, "fresh": True, "inherited_closed": False}
+        call, child_port = requests[-1]
+        assert call == "POST /collections/memcore/points/count"
+        assert child_port not in parent_ports, "the child sent its request on the parent's connection"
+        assert store.count(scope) == 7
+        assert requests[-1][1] in parent_ports, "the parent's connection did not survive the child"
+        store.close()
+    finally:
+        server.shutdown()
+        server.server_close()
