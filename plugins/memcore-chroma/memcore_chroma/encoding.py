@@ -7,6 +7,8 @@ One record is one Chroma entry:
 * ``metadata``: flat keys that only exist to be filtered on natively::
 
     scope.tenant, scope.user_id, ...   the scope fields that are set
+    scope.key                          the digest of all four scope fields (unset ones as null),
+                                       what an exact scope (Scope.exact()) selects on
     role, kind                         strings
     created_at                         microseconds since the epoch (an int, exact)
     vec                                whether the record has a real vector
@@ -39,6 +41,8 @@ Where = dict[str, Any]
 ChromaMetadata = dict[str, str | int | float | bool | list[str]]
 
 SCOPE_PREFIX = "scope."
+SCOPE_KEY = "scope.key"
+"""Chroma's ``where`` cannot ask for a missing key, so an exact scope matches this digest instead."""
 VECTOR_KEY = "vec"
 CREATED_AT_KEY = "created_at"
 TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST = "str", "bool", "num", "list"
@@ -71,6 +75,7 @@ def epoch_micros(moment: datetime) -> int:
 def flat_metadata(record: MemoryRecord, has_vector: bool) -> ChromaMetadata:
     """The flat, filterable Chroma metadata of ``record``."""
     flat: ChromaMetadata = {f"{SCOPE_PREFIX}{name}": value for name, value in record.scope.items()}
+    flat[SCOPE_KEY] = record.scope.digest()
     flat["role"] = record.message.role
     flat["kind"] = record.kind
     flat[CREATED_AT_KEY] = epoch_micros(record.created_at)
@@ -120,8 +125,20 @@ def decode_found(found: Any) -> list[MemoryRecord]:
 
 
 def scope_clauses(scope: Scope) -> list[Where]:
-    """One equality per set scope field (none for :meth:`Scope.everything`)."""
-    return [{f"{SCOPE_PREFIX}{name}": value} for name, value in scope.items()]
+    """One equality per set scope field (none for :meth:`Scope.everything`); an exact scope
+    (:meth:`Scope.exact`) also the digest of all four fields, so that unset fields must be unset."""
+    clauses: list[Where] = [{f"{SCOPE_PREFIX}{name}": value} for name, value in scope.items()]
+    if scope.is_exact:
+        clauses.append({SCOPE_KEY: scope.digest()})
+    return clauses
+
+
+def scope_key(fields: tuple[str | None, ...]) -> str:
+    """The :data:`SCOPE_KEY` of a record whose scope has these four fields (:meth:`Scope.digest`)."""
+    tenant, user_id, agent_id, session_id = fields
+    return Scope.model_construct(
+        tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id
+    ).digest()
 
 
 def stored_scope(metadata: dict[str, Any] | None) -> tuple[str | None, ...]:

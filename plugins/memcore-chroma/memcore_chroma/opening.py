@@ -20,12 +20,16 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import NotFoundError
 
 from memcore.errors import DimensionMismatchError, InvalidInputError, StoreCorruptedError
+from memcore_chroma.encoding import SCOPE_KEY, scope_key, stored_scope
 
 FORMAT = "memcore-chroma/1"
 META_FORMAT = "memcore.format"
 META_DIMENSION = "memcore.dimension"
 META_INDEX_DIMENSION = "memcore.index_dimension"
 META_EMBEDDER = "memcore.embedder"
+META_SCOPE_KEYS = "memcore.scope_keys"
+"""Set once every entry has its ``scope.key`` (:data:`~memcore_chroma.encoding.SCOPE_KEY`)."""
+BACKFILL_PAGE = 1_000
 DEFAULT_COLLECTION = "memcore"
 REBUILD_SUFFIX = ".rebuild"
 MAX_NAME = 512
@@ -117,7 +121,10 @@ def open_collection(
     if not create:
         raise NotFoundError(f"Collection [{name}] does not exist")
     return client.get_or_create_collection(
-        name, configuration=configuration(ef_search), metadata={META_FORMAT: FORMAT}, embedding_function=None
+        name,
+        configuration=configuration(ef_search),
+        metadata={META_FORMAT: FORMAT, META_SCOPE_KEYS: True},
+        embedding_function=None,
     )
 
 
@@ -169,3 +176,29 @@ def settled(meta: Meta) -> bool:
     """Whether the dimension is fixed and the index holds it: then nothing about it changes any more."""
     dimension = int_value(meta, META_DIMENSION)
     return dimension is not None and int_value(meta, META_INDEX_DIMENSION) == dimension
+
+
+def backfill_scope_keys(collection: Collection) -> int:
+    """Give every entry written before exact scopes existed its ``scope.key``.
+
+    Collections made by an older memcore-chroma lack the key, so an exact scope would not see
+    their records; the store calls this at open (holding the write lock) until
+    :data:`META_SCOPE_KEYS` says it is done. A key that does not match the entry's scope fields
+    is rewritten too.
+
+    :returns: how many entries were given their key.
+    """
+    fixed, offset = 0, 0
+    while True:
+        page = collection.get(include=["metadatas"], limit=BACKFILL_PAGE, offset=offset)
+        if not page["ids"]:
+            return fixed
+        stale = {}
+        for record_id, meta in zip(page["ids"], page["metadatas"] or [], strict=True):
+            key = scope_key(stored_scope(dict(meta)))
+            if meta.get(SCOPE_KEY) != key:
+                stale[record_id] = key
+        if stale:
+            collection.update(ids=list(stale), metadatas=[{SCOPE_KEY: key} for key in stale.values()])
+            fixed += len(stale)
+        offset += len(page["ids"])

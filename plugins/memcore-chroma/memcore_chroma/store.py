@@ -57,8 +57,10 @@ from memcore_chroma.opening import (
     META_DIMENSION,
     META_EMBEDDER,
     META_INDEX_DIMENSION,
+    META_SCOPE_KEYS,
     REBUILD_SUFFIX,
     Meta,
+    backfill_scope_keys,
     check_collection_name,
     check_ef_search,
     checked_metadata,
@@ -114,7 +116,7 @@ class ChromaStoreBase(BaseStore):
         setting of the collection (:meth:`_set_ef_search`); ``None`` leaves it as it is.
     """
 
-    rebuilds_safely: ClassVar[bool] = True
+    rebuilds_safely: bool = True
     """Whether this process is the collection's only user, so that a rebuild loses no one's writes."""
 
     def __init__(
@@ -133,6 +135,9 @@ class ChromaStoreBase(BaseStore):
                     )
                     self._meta = dict(self._collection.metadata or {})
                     meta = checked_metadata(self._collection, collection, dimension)
+                    if meta.get(META_SCOPE_KEYS) is not True:
+                        backfill_scope_keys(self._collection)
+                        meta[META_SCOPE_KEYS] = True
                 if meta != self._meta:
                     self._write_meta(meta)
                 if ef_search is not None and ef_search_of(self._collection) != ef_search:
@@ -273,11 +278,13 @@ class ChromaStoreBase(BaseStore):
         with self._connection.write_lock:
             existing = self._call("checking record ids", lambda c: c.get(ids=ids, include=["metadatas"]))
             scopes = {str(record.id): record.scope.as_tuple() for record in records}
+            previous: dict[str, set[str]] = {}
             for record_id, meta in zip(existing["ids"], existing["metadatas"] or [], strict=True):
                 if stored_scope(dict(meta)) != scopes[record_id]:
                     raise IdConflictError(
                         f"record id {record_id} is already used by a record of another scope"
                     )
+                previous[record_id] = set(meta)
             meta = self._meta if settled(self._meta) else self._fresh_meta()
             if vectors is None:
                 embeddings, updates = self._stand_ins(meta, len(records))
@@ -286,6 +293,11 @@ class ChromaStoreBase(BaseStore):
                 embeddings = vectors
             documents = [encode(record) for record in records]
             metadatas = [flat_metadata(record, vectors is not None) for record in records]
+            for record_id, flat in zip(ids, metadatas, strict=True):
+                # Chroma's upsert merges metadata into the entry's: a key the new version lacks
+                # would keep the old value (and match filters on it) unless removed with None.
+                for key in previous.get(record_id, set()) - flat.keys():
+                    flat[key] = None  # type: ignore[assignment]
             for start in range(0, len(records), PAGE_SIZE):
                 batch = slice(start, start + PAGE_SIZE)
                 self._call(
@@ -638,6 +650,14 @@ class ChromaStoreBase(BaseStore):
         self._connection.release()
 
 
+_inherited: list[Connection] = []
+"""Server connections a forked child inherited: never used, closed or collected there."""
+
+
+def _connect(address: urls.ServerAddress) -> Connection:
+    return connection.http(address.host, address.port, address.ssl, address.tenant, address.database)
+
+
 def _compact_and_reindex(path: Path) -> None:
     """Compact the folder, then drop its vector index files for Chroma to rebuild from the log.
 
@@ -739,12 +759,15 @@ class ChromaHttpStore(ChromaStoreBase):
     :param dimension: fix the vector dimension up front.
     :param ef_search: set the collection's HNSW ``ef_search`` (kept with the collection; a running
         server applies a change to an existing collection when it next loads its index).
+    :param exclusive: promise that this store is the collection's only client (no other
+        process, host or client uses it): then ``purge()`` and the first vector after stand-ins
+        of another size rebuild the collection, as :meth:`rebuild_exclusively` does, instead of
+        raising :class:`~memcore_chroma.ExclusiveMaintenanceError`.
     """
 
     name: ClassVar[str] = "chroma-http"
     schemes: ClassVar[tuple[str, ...]] = ("chroma+http", "chroma+https")
     capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
-    rebuilds_safely: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -753,16 +776,16 @@ class ChromaHttpStore(ChromaStoreBase):
         collection: str = DEFAULT_COLLECTION,
         dimension: int | None = None,
         ef_search: int | None = None,
+        exclusive: bool = False,
     ) -> None:
         check_collection_name(collection)
         check_dimension(dimension)
         check_ef_search(ef_search)
-        super().__init__(
-            connection.http(address.host, address.port, address.ssl, address.tenant, address.database),
-            collection,
-            dimension,
-            ef_search,
-        )
+        if not isinstance(exclusive, bool):
+            raise InvalidInputError(f"exclusive must be a bool, got {exclusive!r}")
+        self._address = address
+        self.rebuilds_safely = exclusive
+        super().__init__(_connect(address), collection, dimension, ef_search)
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -776,7 +799,21 @@ class ChromaHttpStore(ChromaStoreBase):
             collection=params.get("collection", DEFAULT_COLLECTION),
             dimension=urls.dimension_param(params),
             ef_search=urls.ef_search_param(params),
+            exclusive=urls.exclusive_param(params),
         )
+
+    def _reconnect_in_child(self) -> None:
+        """In a forked child: a new client of the child's own, with fresh locks.
+
+        The inherited client's HTTP connections are the parent's sockets: a request on them could
+        read the parent's reply (another scope's records). It is dropped without being closed
+        (closing would shut the parent's connections) and kept from the garbage collector.
+        Each chromadb ``HttpClient`` has a system, and so an HTTP connection pool, of its own
+        (chromadb keys HTTP systems by a random id, never by settings), so nothing is shared.
+        """
+        _inherited.append(self._connection)
+        self._connection = _connect(self._address)
+        self._generation = -1  # fetch the collection handle anew, through the new client
 
     def purge(self) -> None:
         """Refused: on a server, a rebuild would lose other clients' concurrent writes.
@@ -784,9 +821,15 @@ class ChromaHttpStore(ChromaStoreBase):
         Run :meth:`rebuild_exclusively` during maintenance instead, and the
         server's ``chroma vacuum`` to compact its SQLite file.
 
-        :raises ExclusiveMaintenanceError: always (after the closed check).
+        With ``exclusive=True`` (``?exclusive=true``: this store is the collection's only
+        client), it is :meth:`rebuild_exclusively`.
+
+        :raises ExclusiveMaintenanceError: unless the store was opened exclusive.
         """
         self._check_open()
+        if self.rebuilds_safely:
+            self.rebuild_exclusively()
+            return
         raise ExclusiveMaintenanceError(
             f"purge() rebuilds the Chroma collection {self._name!r}, which on a server loses what other "
             "clients write meanwhile; during maintenance (no other client using the collection) call "

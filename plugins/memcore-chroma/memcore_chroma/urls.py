@@ -77,6 +77,17 @@ def ef_search_param(params: dict[str, str]) -> int | None:
     return _positive_int(params, "ef_search")
 
 
+def exclusive_param(params: dict[str, str]) -> bool:
+    """The ``exclusive`` parameter (``true``/``1`` or ``false``/``0``; false when absent).
+
+    :raises InvalidInputError: for any other value.
+    """
+    value = params.get("exclusive", "false")
+    if value not in ("true", "1", "false", "0"):
+        raise InvalidInputError(f"exclusive must be 'true' or 'false', got {value!r}")
+    return value in ("true", "1")
+
+
 def embedded_path(url: str) -> tuple[str, dict[str, str]]:
     """The folder and parameters of ``chroma:///abs/path`` or ``chroma://rel/path``."""
     base, params = split_query(url, frozenset({"collection", "dimension", "ef_search"}))
@@ -88,7 +99,9 @@ def embedded_path(url: str) -> tuple[str, dict[str, str]]:
 
 def server_address(url: str) -> tuple[ServerAddress, dict[str, str]]:
     """The server and parameters of ``chroma+http(s)://host[:port][/]``."""
-    base, params = split_query(url, frozenset({"collection", "dimension", "ef_search", "tenant", "database"}))
+    base, params = split_query(
+        url, frozenset({"collection", "dimension", "ef_search", "tenant", "database", "exclusive"})
+    )
     parts = urlsplit(base)
     if (
         parts.scheme not in ("chroma+http", "chroma+https")

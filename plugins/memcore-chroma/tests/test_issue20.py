@@ -1,0 +1,93 @@
+"""Issue 20 (isolation and erasure where deployments live), the Chroma parts, each reproduced here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from chroma_server import ChromaServer
+from conftest import drop_collection
+from memcore_chroma import ChromaHttpStore, ChromaStore, connection, urls
+from memcore_chroma.encoding import SCOPE_KEY
+from memcore_chroma.opening import META_SCOPE_KEYS
+from memcore_chroma.store import ChromaStoreBase
+
+import memcore
+from memcore.errors import InvalidInputError
+from memcore.scope import Scope
+from memcore.testing.helpers import make_record, random_vectors
+
+OWNER = Scope(tenant="t", user_id="u")
+LEVELS = [
+    OWNER,
+    OWNER.model_copy(update={"agent_id": "a"}),
+    OWNER.model_copy(update={"session_id": "s"}),
+    OWNER.model_copy(update={"agent_id": "a", "session_id": "s"}),
+]
+
+
+@pytest.fixture(params=["embedded", "server"])
+def open_store(
+    request: pytest.FixtureRequest, tmp_path: Path, collection_name: str
+) -> Iterator[Callable[[], ChromaStoreBase]]:
+    """Opens a store on one fresh collection: embedded in a fresh folder, or on the session's server."""
+    if request.param == "embedded":
+        yield lambda: ChromaStore(tmp_path / "db", collection=collection_name)
+        return
+    server: ChromaServer = request.getfixturevalue("chroma_server")
+    address = urls.ServerAddress("127.0.0.1", server.port, ssl=False)
+    yield lambda: ChromaHttpStore(address, collection=collection_name)
+    drop_collection(
+        connection.http("127.0.0.1", server.port, False, address.tenant, address.database), collection_name
+    )
+
+
+# -- exact scopes ----------------------------------------------------------------------------------
+
+
+def test_a_collection_written_before_scope_keys_is_backfilled_at_open(
+    open_store: Callable[[], ChromaStoreBase],
+) -> None:
+    records = [make_record(level, f"level {i}") for i, level in enumerate(LEVELS)]
+    with open_store() as store:
+        store.add(records, random_vectors(len(records)))
+
+        def as_before(collection: object) -> None:  # what an older memcore-chroma left
+            ids = [str(r.id) for r in records]
+            collection.update(ids=ids, metadatas=[{SCOPE_KEY: None}] * len(ids))  # type: ignore[attr-defined]
+            meta = dict(collection.metadata or {})  # type: ignore[attr-defined]
+            collection.modify(metadata={**meta, META_SCOPE_KEYS: False})  # type: ignore[attr-defined]
+
+        store._call("making the collection old", as_before)
+        assert store.list(OWNER.exact()) == [], "the key is gone: an exact scope sees nothing"
+    with open_store() as reopened:
+        for i, level in enumerate(LEVELS):
+            assert [r.id for r in reopened.list(level.exact())] == [records[i].id]
+        assert reopened.count(OWNER) == 4
+
+
+def test_replacing_a_record_drops_the_metadata_keys_it_no_longer_has(
+    open_store: Callable[[], ChromaStoreBase],
+) -> None:
+    # Chroma's upsert merges an entry's metadata: the old m.a stayed, and filters matched it.
+    record = make_record(OWNER, "v1", metadata={"a": 1, "tags": ["x"]})
+    with open_store() as store:
+        store.add([record], random_vectors(1))
+        store.add([record.model_copy(update={"metadata": {"b": 2}})], random_vectors(1))
+        assert store.count(OWNER, filter={"metadata.a": 1}) == 0
+        assert store.count(OWNER, filter={"metadata.a": {"$exists": True}}) == 0
+        assert store.count(OWNER, filter={"metadata.tags": "x"}) == 0
+        assert store.count(OWNER, filter={"metadata.b": 2}) == 1
+
+
+def test_exclusive_is_a_boolean_url_parameter(chroma_server: ChromaServer) -> None:
+    with pytest.raises(InvalidInputError, match="exclusive"):
+        memcore.open_store(f"{chroma_server.url}?exclusive=yes")
+    with memcore.open_store(f"{chroma_server.url}?collection=excl-{uuid4().hex}&exclusive=1") as store:
+        record = make_record(OWNER, "gone")
+        store.add([record], random_vectors(1))
+        store.delete(OWNER, [record.id])
+        store.purge()  # a rebuild, not ExclusiveMaintenanceError
+        assert store.count(OWNER) == 0
