@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,33 @@ from memcore_qdrant.engine import Engine
 
 LOCK_FILE = ".lock"
 DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def make_private(root: Path) -> None:
+    """Take every group and other permission off ``root`` and everything under it.
+
+    ``root`` itself is 0700 from the moment the store opens it, which alone keeps other users
+    out of what Qdrant Edge creates later (WAL and segment files, 0644 under a usual umask);
+    the files themselves are tightened here at open and again at close, so that none keeps a
+    loose mode once the store is closed. Symbolic links are left alone (Linux cannot chmod a
+    link, and following one could reach outside the store).
+    """
+    _tighten(root, DIR_MODE)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            _tighten(Path(folder, name), DIR_MODE)
+        for name in files:
+            _tighten(Path(folder, name), FILE_MODE)
+
+
+def _tighten(path: Path, mode: int) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return  # removed meanwhile (a purge's old shard)
+    if not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
 
 
 class ProcessLock:
@@ -95,7 +123,7 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 def acquire(path: Path, kind: str, open_engine: Callable[[Path], Engine]) -> OpenPath:
     """Open (or share) the engine of an embedded path.
 
-    :param path: the store's folder; created (mode 0700) if missing.
+    :param path: the store's folder; created if missing, made private (0700, files 0600).
     :param kind: which engine, so that two engines are never mixed on one path.
     :param open_engine: opens the engine on the folder, once the lock is held.
     :raises StoreLockedError: if another process holds the folder, or this
@@ -130,6 +158,11 @@ def _open_path(key: Path, kind: str, open_engine: Callable[[Path], Engine]) -> O
             what=f"the Qdrant store at {key}",
             advice="close it there first, or run a Qdrant server for several processes",
         )
+        try:
+            make_private(key)  # a folder made beforehand may be 0755, its files 0644
+        except OSError:
+            os.close(fd)
+            raise
     except OSError as exc:
         raise StoreError(f"cannot open the Qdrant store at {key}: {exc}") from None
     try:
@@ -157,6 +190,7 @@ def release(opened: OpenPath) -> None:
     try:
         with opened.lock:
             opened.engine.close()
+            make_private(opened.path)  # the files Qdrant Edge made since the open
     finally:
         os.close(opened.lock_fd)
         with _registry_lock:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -332,3 +334,27 @@ def test_a_metadata_key_is_indexed_the_first_time_a_filter_reads_it(tmp_path: Pa
         assert store.count(scope, filter={"metadata.n": {"$gte": 25}}) == 5, (
             "past the cap, filters still work"
         )
+
+
+def _loose(folder: Path) -> list[str]:
+    return [
+        f"{path} {stat.S_IMODE(path.stat().st_mode):o}"
+        for path in [folder, *folder.rglob("*")]
+        if stat.S_IMODE(path.stat().st_mode) & 0o077
+    ]
+
+
+def test_a_folder_made_beforehand_is_private_from_the_open_and_every_file_once_closed(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    os.chmod(root, 0o755)
+    (root / "notes.txt").write_text("left here before")
+    os.chmod(root / "notes.txt", 0o644)
+    scope = Scope(tenant="acme")
+    with QdrantStore.from_url(f"qdrant://{root}") as store:
+        assert stat.S_IMODE(root.stat().st_mode) == 0o700  # what keeps others out of new files
+        assert stat.S_IMODE((root / "notes.txt").stat().st_mode) == 0o600
+        store.add([_record(scope, f"r{i}") for i in range(5)], np.eye(5, DIM, dtype=np.float32))
+        store.delete(scope, [store.list(scope, limit=1)[0].id])
+        store.purge()  # a new shard, new files
+    assert _loose(root) == []
