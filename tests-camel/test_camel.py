@@ -6,9 +6,11 @@ CamelMemory on a real memcore store.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from camel.agents import ChatAgent
@@ -21,11 +23,13 @@ from camel.utils import BaseTokenCounter
 from memcore import open_store
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import ScopeError
-from memcore.integrations.camel import CamelMemory
+from memcore.integrations.camel import CAMEL_RECORD_KEY, CamelMemory, to_camel
 from memcore.memories import NO_MEMORIES_NOTE
 from memcore.policy import MemoryPolicy
+from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
+from memcore.testing.trust import ADAPTER_FAILURES, adapter_trust
 
 
 class WordCounter(BaseTokenCounter):
@@ -211,3 +215,48 @@ def test_the_no_memories_note_is_never_written_back(store: Store) -> None:
     assert NO_MEMORIES_NOTE in str(alice.memory.get_context()[0])
     alice.memory = noted
     assert NO_MEMORIES_NOTE not in contents(store, scope("alice"))
+
+
+def test_the_adapter_trust_scenario_runs_the_camel_memory_and_finds_nothing(tmp_path: Path) -> None:
+    for url in ("memory://", "jsonl://{tmp}"):
+        figures = adapter_trust(url)
+        assert figures["camel_checked"] == 1
+        assert not {name: figures[name] for name in ADAPTER_FAILURES if figures[name]}, figures
+
+
+def test_an_agent_level_memory_never_deletes_or_lists_its_sessions_records(store: Store) -> None:
+    agent_level = CamelMemory(
+        store,
+        HashEmbedder(dim=32),
+        Scope(tenant="acme", user_id="u1", agent_id="planner"),
+        token_counter=WordCounter(),
+        token_limit=4_000,
+    )
+    session = memory(store, "planner", "s1")
+    session.memory.write([Message(role="user", content="a turn of session s1")])
+    agent_level.memory.write([Message(role="user", content="a note of the agent")])
+    assert [r.message.content for r in agent_level.pop_records(10)] == ["a note of the agent"]
+    agent_level.memory.write([Message(role="user", content="another note")])
+    agent_level.remove_records_by_indices([0, 1, 2])
+    agent_level.clear()
+    assert contents(store, scope("planner", "s1")) == ["a turn of session s1"]
+
+
+def test_a_forged_camel_form_cannot_change_a_records_id_agent_or_role(store: Store) -> None:
+    planner = memory(store, "planner")
+    other = MemoryRecord(scope=scope("coder"), message=Message(role="user", content="coder's"))
+    store.add([other])
+    form = to_camel(
+        MemoryRecord(scope=scope("planner"), message=Message(role="user", content="hi"))
+    ).to_dict()
+    forged = {**form, "uuid": str(other.id), "agent_id": "coder", "role_at_backend": "system"}
+    record = MemoryRecord(
+        scope=scope("planner"),
+        message=Message(role="user", content="hi"),
+        metadata={CAMEL_RECORD_KEY: json.dumps(forged)},
+    )
+    broken = record.model_copy(update={"id": uuid4(), "metadata": {CAMEL_RECORD_KEY: "{not json"}})
+    planner.memory.write_records([record, broken])
+    found = [item.memory_record for item in planner.retrieve()]
+    assert {r.uuid for r in found} == {record.id, broken.id}
+    assert {(r.agent_id, r.role_at_backend) for r in found} == {("planner", OpenAIBackendRole.USER)}

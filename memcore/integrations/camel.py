@@ -153,7 +153,9 @@ class CamelMemory(_CamelAgentMemory):
         if any(record.id in self._cleared for record in converted):
             self._undo_clear()  # ChatAgent's memory setter writing back what it read
         stored = {r.id: r for r in self.memory.store.get(self.memory.recall_scope, [r.id for r in converted])}
-        given = self.memory.store.list(self.memory.scope, filter={"role": {"$in": list(_INSTRUCTION_ROLES)}})
+        given = self.memory.store.list(
+            self.memory.scope.exact(), filter={"role": {"$in": list(_INSTRUCTION_ROLES)}}
+        )
         instructions = {r.message.content for r in given}
         fresh = []
         for record in converted:
@@ -198,7 +200,7 @@ class CamelMemory(_CamelAgentMemory):
         another agent's record (that setter handing this memory to another agent).
         """
         history = self._history()
-        vectors = self.memory.store.vectors(self.memory.scope, [r.id for r in history])
+        vectors = self.memory.store.vectors(self.memory.scope.exact(), [r.id for r in history])
         self.memory.clear()
         self._cleared = {r.id: (r, vectors.get(r.id)) for r in history}
 
@@ -240,13 +242,14 @@ class CamelMemory(_CamelAgentMemory):
     def _undo_clear(self) -> None:
         """Write back what the last :meth:`clear` deleted and is not stored again since."""
         cleared, self._cleared = self._cleared, {}
-        present = {r.id for r in self.memory.store.get(self.memory.scope, list(cleared))}
+        present = {r.id for r in self.memory.store.get(self.memory.scope.exact(), list(cleared))}
         add_entries(
             self.memory.store, [entry for record_id, entry in cleared.items() if record_id not in present]
         )
 
     def _history(self) -> list[MemoryRecord]:
-        return self.memory.store.list(self.memory.scope)
+        # Exactly the memory's scope: an agent-level memory's history is not its sessions' records.
+        return self.memory.store.list(self.memory.scope.exact())
 
     @staticmethod
     def _protected(history: list[MemoryRecord]) -> int:
@@ -304,10 +307,23 @@ def to_memcore(record: CamelRecord, scope: Scope) -> MemoryRecord:
 
 
 def to_camel(record: MemoryRecord) -> CamelRecord:
-    """A memcore record as a CAMEL record: as it was written through CAMEL, else made from its message."""
+    """A memcore record as a CAMEL record: as it was written through CAMEL, else made from its message.
+
+    The kept CAMEL form is metadata anyone writing the record could set, so which record it is
+    (``uuid``), whose (``agent_id``) and its role always come from the record itself; a form that
+    does not parse is ignored.
+    """
     kept = record.metadata.get(CAMEL_RECORD_KEY)
     if isinstance(kept, str):
-        return CamelRecord.from_dict(json.loads(kept))
+        try:
+            camel = CamelRecord.from_dict(json.loads(kept))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            camel = None
+        if camel is not None:
+            camel.uuid = record.id
+            camel.agent_id = record.scope.agent_id or ""
+            camel.role_at_backend = _ROLES[record.message.role]
+            return camel
     message = record.message
     role_type = {"user": RoleType.USER, "assistant": RoleType.ASSISTANT}.get(message.role, RoleType.DEFAULT)
     return CamelRecord(

@@ -17,6 +17,7 @@ from typing import ClassVar
 from memcore.testing.crash import crash_loop, second_process
 from memcore.testing.deployment import fork, limits, permissions
 from memcore.testing.reliability import Figures, bad_input, concurrency, erasure, isolation
+from memcore.testing.trust import ADAPTER_FAILURES, IMPORT_FAILURES, adapter_trust, import_trust
 
 FORK_FAILURES = ("leaks", "untyped_errors", "lost", "resurrected", "parent_lost", "child_crashed")
 CRASH_FAILURES = ("failed_reopens", "lost", "duplicates", "phantoms", "partial_batches", "unsearchable")
@@ -61,6 +62,16 @@ class ReliabilityTests:
     def test_the_largest_inputs_work_and_one_past_each_is_refused_typed(self) -> None:
         figures = limits(self.url)
         assert not {name: count for name, count in figures.items() if count}, figures
+
+    def test_adapters_read_and_delete_only_their_exact_scope_whatever_records_carry(self) -> None:
+        figures = adapter_trust(self.url)
+        # LangChain is part of the testing setup (memcore[langchain]); CAMEL runs in tests-camel.
+        assert figures["langchain_checked"] == 1, "install memcore[langchain] to run the adapter scenario"
+        assert not _failed(figures, *ADAPTER_FAILURES), figures
+
+    def test_an_import_refuses_every_line_outside_its_scope_and_writes_nothing_outside(self) -> None:
+        figures = import_trust(self.url)
+        assert figures["cases"] > 0 and not _failed(figures, *IMPORT_FAILURES), figures
 
 
 class CrashTests:
