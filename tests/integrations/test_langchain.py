@@ -213,7 +213,7 @@ def test_records_of_other_scopes_are_never_read_or_deleted_whatever_their_metada
     store.add(crafted, [embedding.embed_query("secret") for _ in crafted])
     for docs in (_docs(store, tenant), _docs(store, alice)):
         outside = [r for r in store.list(Scope(tenant="acme")) if r.scope != docs.scope]
-        assert len(outside) >= 3
+        assert len(outside) >= 2  # a child and a sibling at least
         docs.add_documents([Document("own secret")], ids=["1"])
         vector = embedding.embed_query("secret")
         found = [
