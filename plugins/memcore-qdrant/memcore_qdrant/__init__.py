@@ -1,6 +1,6 @@
 """memcore-qdrant: memcore stores on Qdrant, embedded (Qdrant Edge) or on a server (qdrant-client)."""
 
-from memcore_qdrant.errors import IncompatibleCollectionError, IncompatibleServerError
+from memcore_qdrant.errors import IncompatibleCollectionError, IncompatibleServerError, StoreFullError
 from memcore_qdrant.store import QdrantMemoryStore, QdrantServerStore, QdrantStore
 
 __all__ = [
@@ -9,4 +9,5 @@ __all__ = [
     "QdrantMemoryStore",
     "QdrantServerStore",
     "QdrantStore",
+    "StoreFullError",
 ]

@@ -42,6 +42,7 @@ import qdrant_edge as edge
 from memcore.store import VectorSpace
 from memcore_qdrant import meta
 from memcore_qdrant import payload as fields
+from memcore_qdrant.disk import FRESH_SHARD_BYTES, Watermark, allocated_bytes, estimated_bytes
 from memcore_qdrant.engine import (
     VECTOR_NAME,
     Direction,
@@ -218,6 +219,7 @@ class EdgeEngine:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.location = str(root)
+        self._room = Watermark(root)
         _recover(root)
         shard_path = root / SHARD
         if (shard_path / "edge_config.json").exists():
@@ -239,6 +241,7 @@ class EdgeEngine:
         else:
             if shard_path.exists():
                 shutil.rmtree(shard_path)  # a creation that crashed before writing its config
+            self._room.check("create the shard")
             self._dimension = None
             self._shard = _create_shard(shard_path)
         self._space = meta.read_space(root)
@@ -254,12 +257,18 @@ class EdgeEngine:
         return self._dimension
 
     def add_vectors(self, dimension: int) -> None:
+        self._room.check("add the vector")
         self._shard.update(
             edge.UpdateOperation.create_dense_vector(VECTOR_NAME, dimension, edge.Distance.Cosine)
         )
         self._dimension = dimension
 
     def upsert(self, points: Sequence[Point]) -> None:
+        payloads = sum(
+            len(str(p.payload.get(fields.RECORD, ""))) + len(str(p.payload.get(fields.TEXT, "")))
+            for p in points
+        )
+        self._room.check("add records", estimated_bytes(payloads, len(points), self._dimension))
         self._shard.update(edge.UpdateOperation.upsert_points([_edge_point(p) for p in points]))
 
     def scroll(
@@ -334,12 +343,14 @@ class EdgeEngine:
         return self._shard.count(edge.CountRequest(exact=True, filter=render_filter(where)))
 
     def delete(self, where: Clause) -> None:
+        self._room.check("delete records")
         self._shard.update(edge.UpdateOperation.delete_points_by_filter(render_filter(where)))
 
     def index_fields(self, wanted: set[tuple[str, IndexKind]]) -> None:
         if not wanted:
             return
         for path, kind in indexes_to_create(set(self._shard.info().payload_schema), wanted):
+            self._room.check("index a metadata key")
             params: Any = {
                 "keyword": edge.KeywordIndexParams(),
                 "integer": edge.IntegerIndexParams(lookup=True, range=True),
@@ -355,6 +366,8 @@ class EdgeEngine:
         self._space = space
 
     def purge(self) -> None:
+        # A copy of the live points in a new shard, beside the old one.
+        self._room.check("purge", allocated_bytes(self.root / SHARD) + FRESH_SHARD_BYTES, factor=1)
         new_path = self.root / NEW_SHARD
         if new_path.exists():
             shutil.rmtree(new_path)
