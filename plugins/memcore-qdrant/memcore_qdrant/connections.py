@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -61,6 +63,24 @@ def _open_edge(root: Path) -> Engine:
         return EdgeEngine(root)
 
 
+MEMORY_PREFIX = "memcore-qdrant-"
+OWNER_FILE = ".owner"
+"""In each ``qdrant+memory://`` folder: a file its owner holds an exclusive ``flock`` on while it lives."""
+
+_owner_fds: set[int] = set()
+
+
+def _close_owner_fds_after_fork() -> None:
+    """In a forked child: the folders are the parent's (its own descriptors keep them locked)."""
+    for fd in _owner_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _owner_fds.clear()
+
+
+os.register_at_fork(after_in_child=_close_owner_fds_after_fork)
+
+
 def connect_memory() -> Connection:
     """A throwaway Qdrant Edge shard in a private temporary folder, deleted on release.
 
@@ -69,17 +89,27 @@ def connect_memory() -> Connection:
     (64 MB by default in a Docker container) kills the process with ``SIGBUS``
     instead of raising an error. Set ``TMPDIR`` to a RAM-backed folder of ample size
     to keep the shard in RAM.
+
+    A process killed with the store open cannot delete its folder; the next
+    ``qdrant+memory://`` opened in the same temporary directory does (:func:`sweep_stale_folders`).
     """
     with translated("create a temporary folder", tempfile.gettempdir()):
-        root = Path(tempfile.mkdtemp(prefix="memcore-qdrant-"))
+        sweep_stale_folders(Path(tempfile.gettempdir()))
+        root = Path(tempfile.mkdtemp(prefix=MEMORY_PREFIX))
+        try:
+            owner = _hold(root)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
     try:
         engine = _open_edge(root)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
+        _let_go(owner)
         raise
     lock = embedded.ProcessLock()
     # A store never closed still leaves no folder behind once the interpreter exits.
-    remove = weakref.finalize(engine, _remove_folder, root, lock.pid)
+    remove = weakref.finalize(engine, _remove_folder, root, lock.pid, owner)
 
     def release() -> None:
         if not lock.owned():
@@ -93,9 +123,72 @@ def connect_memory() -> Connection:
     return Connection(engine, lock, release)
 
 
-def _remove_folder(root: Path, owner: int) -> None:
+def _hold(root: Path) -> int:
+    """Lock ``root``'s owner file for as long as this process lives (or until released).
+
+    The file is locked under another name and renamed into place, so that an owner file a
+    sweeper finds is always locked already, unless its owner is gone.
+    """
+    claiming = root / f"{OWNER_FILE}.{os.getpid()}"
+    fd = os.open(claiming, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(claiming, root / OWNER_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
+    _owner_fds.add(fd)
+    return fd
+
+
+def _let_go(fd: int) -> None:
+    if fd in _owner_fds:
+        _owner_fds.discard(fd)
+        os.close(fd)
+
+
+def sweep_stale_folders(parent: Path) -> list[Path]:
+    """Delete the ``qdrant+memory://`` folders under ``parent`` whose owner died (``kill -9``, a crash).
+
+    A folder is stale when its owner file's lock can be taken: the kernel drops a lock with its
+    holder, and a live owner holds it from before the file has its name. Folders without an
+    owner file (being created this instant, or made before owner files existed) and folders of
+    other users are left alone.
+
+    :returns: the folders deleted.
+    """
+    swept: list[Path] = []
+    uid = os.getuid()
+    try:
+        candidates = [entry for entry in os.scandir(parent) if entry.name.startswith(MEMORY_PREFIX)]
+    except OSError:
+        return swept
+    for entry in candidates:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            fd = os.open(Path(entry.path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # no owner file, or gone meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its owner is alive
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            swept.append(Path(entry.path))
+        finally:
+            os.close(fd)
+    return swept
+
+
+def _remove_folder(root: Path, owner: int, fd: int) -> None:
     if os.getpid() == owner:  # never from a forked child
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            shutil.rmtree(root, ignore_errors=True)
+        finally:
+            _let_go(fd)
 
 
 def connect_local_client(path: str | os.PathLike[str]) -> Connection:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -358,3 +359,52 @@ def test_a_folder_made_beforehand_is_private_from_the_open_and_every_file_once_c
         store.delete(scope, [store.list(scope, limit=1)[0].id])
         store.purge()  # a new shard, new files
     assert _loose(root) == []
+
+
+_HOLD_A_MEMORY_STORE = """
+import sys
+from memcore_qdrant import QdrantMemoryStore
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+
+store = QdrantMemoryStore.from_url("qdrant+memory://")
+scope = Scope(tenant="acme")
+store.add([MemoryRecord(scope=scope, message=Message(role="user", content="SECRET-" + sys.argv[1]))])
+print(store.location, flush=True)
+sys.stdin.readline()  # alive until killed
+"""
+
+
+def _holding_a_memory_store(tmp_path: Path, tag: str) -> tuple[subprocess.Popen[str], Path]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_A_MEMORY_STORE, tag],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert holder.stdout is not None
+    return holder, Path(holder.stdout.readline().strip())
+
+
+def test_a_killed_memory_stores_folder_is_swept_by_the_next_open_and_a_live_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    killed, dead_folder = _holding_a_memory_store(tmp_path, "killed")
+    alive, live_folder = _holding_a_memory_store(tmp_path, "alive")
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert b"SECRET-killed" in _bytes_under(dead_folder)  # what kill -9 leaves behind
+        legacy = tmp_path / "memcore-qdrant-legacy"  # no owner file: left alone
+        legacy.mkdir()
+        with QdrantMemoryStore.from_url("qdrant+memory://") as store:
+            assert Path(store.location).parent == tmp_path
+            assert not dead_folder.exists()
+            assert live_folder.is_dir() and b"SECRET-alive" in _bytes_under(live_folder)
+            assert legacy.is_dir()
+    finally:
+        for holder in (killed, alive):
+            holder.kill()
+            holder.wait(timeout=30)
