@@ -638,6 +638,7 @@ class ChromaStoreBase(BaseStore):
                     self._connection.restart(lambda: _compact_and_reindex(path))
                     self._rebuild_vector_indexes()
                     self._connection.restart(lambda: erasure.scrub_vector_indexes(path))
+                connection.make_private(path)
 
     def _rebuild_vector_indexes(self) -> None:
         """Have Chroma build every collection's vector index from its log now, so that the

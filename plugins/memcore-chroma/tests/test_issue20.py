@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from uuid import uuid4
@@ -91,3 +93,36 @@ def test_exclusive_is_a_boolean_url_parameter(chroma_server: ChromaServer) -> No
         store.delete(OWNER, [record.id])
         store.purge()  # a rebuild, not ExclusiveMaintenanceError
         assert store.count(OWNER) == 0
+
+
+# -- permissions -----------------------------------------------------------------------------------
+
+
+def _loose(root: Path) -> list[str]:
+    return [
+        f"{path.relative_to(root)}: {stat.S_IMODE(path.stat().st_mode):o}"
+        for path in [root, *root.rglob("*")]
+        if not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) & 0o077
+    ]
+
+
+def test_a_loose_folder_and_everything_chroma_makes_in_it_end_up_private(tmp_path: Path) -> None:
+    root = tmp_path / "db"
+    root.mkdir()
+    os.chmod(root, 0o755)
+    records = [make_record(OWNER, f"private {i}") for i in range(1_200)]  # past Chroma's index sync
+    with ChromaStore(root) as store:
+        assert stat.S_IMODE(root.stat().st_mode) == 0o700, "others are kept out from the open on"
+        store.add(records, random_vectors(len(records)))
+        assert store.search(OWNER, vector=random_vectors(1)[0], limit=1)
+        assert list(root.glob("*/header.bin")), "Chroma wrote its index files"
+        store.delete(OWNER, [records[0].id])
+        store.purge()
+        assert _loose(root) == []
+    assert _loose(root) == []
+    # A folder an older memcore-chroma left loose is tightened at open, before any write.
+    for path in [root, *root.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    with ChromaStore(root) as reopened:
+        assert _loose(root) == []
+        assert reopened.count(OWNER) == 1_199
