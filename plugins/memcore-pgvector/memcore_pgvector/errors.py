@@ -3,7 +3,8 @@
 A server that is down, restarting or refusing connections is
 :class:`~memcore.errors.StoreUnavailableError` (the pool reconnects once it is
 back); anything else the database raises is :class:`~memcore.errors.StoreError`
-naming what failed. memcore's own errors pass through unchanged.
+naming what failed, including a statement over one of PostgreSQL's limits (SQLSTATE
+class 54), which no retry can fix. memcore's own errors pass through unchanged.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ def translate(exc: Exception, action: str, location: str) -> MemcoreError:
     """The memcore error for an exception raised while doing ``action`` on the database at ``location``."""
     if isinstance(exc, MemcoreError):
         return exc
-    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout | psycopg.InterfaceError):
+    never = isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("54")  # program limit
+    if not never and isinstance(
+        exc, psycopg.OperationalError | psycopg_pool.PoolTimeout | psycopg.InterfaceError
+    ):
         return StoreUnavailableError(
             f"PostgreSQL at {location} could not be reached while {action} ({exc}); retry once it is back"
         )

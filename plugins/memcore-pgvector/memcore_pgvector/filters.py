@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 
 from memcore.filters import METADATA_PREFIX, And, Comparison, Filter, Not, Or, Scalar
 from memcore.records import epoch_micros
-from memcore.scope import Scope
+from memcore.scope import SCOPE_FIELDS, Scope
 
 Condition = tuple[str, list[Any]]
 """SQL text made of fixed fragments and ``%s`` placeholders, and the values they bind."""
@@ -46,11 +46,19 @@ _COLUMNS = ("role", "kind", "created_at")
 
 
 def scope_condition(scope: Scope) -> Condition:
-    """The scope as equality on its columns (``Scope.everything()``: no condition)."""
-    if scope.is_everything:
+    """The scope as equality on its columns (``Scope.everything()``: no condition).
+
+    An exact scope (:meth:`Scope.exact`) names all four columns: its unset fields must be NULL on
+    the row (``agent_id IS NULL``), so it matches its own level only, never the levels below it.
+    """
+    if scope.is_everything and not scope.is_exact:
         return "TRUE", []
-    pairs = scope.items()
     # Column names come from memcore's fixed list of scope fields, never from the caller.
+    if scope.is_exact:
+        fields = [(name, getattr(scope, name)) for name in SCOPE_FIELDS]
+        parts = [f"{name} IS NULL" if value is None else f"{name} = %s" for name, value in fields]
+        return " AND ".join(parts), [value for _, value in fields if value is not None]
+    pairs = scope.items()
     return " AND ".join(f"{name} = %s" for name, _ in pairs), [value for _, value in pairs]
 
 
@@ -91,9 +99,8 @@ def _comparison(node: Comparison) -> Condition:
         assert isinstance(value, tuple)
         if not value:
             return ("FALSE" if op == "$in" else "TRUE"), []
-        parts = [_equals(key, item) for item in value]
-        sql = "(" + " OR ".join(s for s, _ in parts) + ")"
-        return (sql if op == "$in" else f"(NOT {sql})"), [v for _, values in parts for v in values]
+        sql, values = _equals_any(key, value)
+        return (sql if op == "$in" else f"(NOT {sql})"), values
     return (
         f"(CASE WHEN jsonb_typeof(metadata -> %s) = 'number' "
         f"THEN (metadata ->> %s)::numeric {_RANGE_SQL[op]} %s::numeric ELSE false END)",
@@ -111,6 +118,19 @@ def _equals(key: str, value: Scalar) -> Condition:
     return (
         "COALESCE(metadata -> %s = %s::jsonb OR (jsonb_typeof(metadata -> %s) = 'array'"
         " AND metadata -> %s @> jsonb_build_array(%s::jsonb)), false)",
+        [key, wanted, key, key, wanted],
+    )
+
+
+def _equals_any(key: str, values: tuple[Scalar, ...]) -> Condition:
+    """``metadata.key`` equal to any of ``values`` (as :func:`_equals` defines it), with the values
+    bound as one ``jsonb[]`` parameter: a list of any length is five parameters, never one per value
+    (PostgreSQL takes at most 65,535 per statement)."""
+    wanted = [Jsonb(value) for value in values]
+    return (
+        "COALESCE(metadata -> %s = ANY(%s::jsonb[]) OR (jsonb_typeof(metadata -> %s) = 'array'"
+        " AND EXISTS (SELECT FROM jsonb_array_elements(metadata -> %s) AS element"
+        " WHERE element = ANY(%s::jsonb[]))), false)",
         [key, wanted, key, key, wanted],
     )
 

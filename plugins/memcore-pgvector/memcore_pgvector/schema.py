@@ -8,7 +8,7 @@ schema version, embedder binding)::
     tenant, user_id, agent_id, session_id  text  the scope (tenant first in the index)
     role, kind  text
     created_at  bigint                   microseconds since the epoch (exact, sortable)
-    content_folded  text                 the content case-folded, for text search
+    content_folded  text                 the content case-folded, NUL as U+FFFF, for text search
     metadata    jsonb                    the record's metadata, for filters
     record      text                     the record's exact JSON, from which reads rebuild it
     embedding   vector                   its unit vector, or NULL; typed vector(n) once n is known
@@ -21,11 +21,18 @@ formatting text. The schema's version is kept in the meta table;
 :meth:`Tables.migrate` creates the tables or brings older ones up to date when a
 store opens, under an advisory lock, and refuses tables of a newer version (and pgvector
 older than 0.8, whose index scans stop at ``ef_search`` candidates).
+
+Versions: 1 the tables; 2 no planner statistics on the columns holding what users wrote
+(``content_folded``, ``metadata``, ``record``, ``embedding``: ``ANALYZE`` would copy sampled values
+into ``pg_statistic``), and NUL kept in the folded content as :data:`NUL_MARK` (it was dropped, so
+that ``"cd"`` matched ``"abc\\x00def"``).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
 import psycopg
@@ -34,9 +41,23 @@ from psycopg.types.json import Jsonb
 
 from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 DEFAULT_TABLE: Final = "memcore_records"
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+
+NUL_MARK: Final = "\uffff"
+"""What a NUL of the content becomes in its folded copy (PostgreSQL text cannot hold NUL): a
+noncharacter, so that a text without NUL or it matches the copy exactly where it matches the content."""
+
+_UNSAMPLED = ("content_folded", "metadata", "record", "embedding")
+"""Columns ``ANALYZE`` never samples: their values would be copied into ``pg_statistic``."""
+
+Step = sql.Composed | Callable[[psycopg.Connection[Any]], None]
+
+
+def fold_content(content: str) -> str:
+    """The copy of a record's content that text search compares: case-folded, NUL as :data:`NUL_MARK`."""
+    return content.casefold().replace("\x00", NUL_MARK)
 
 
 def check_table_name(name: str) -> str:
@@ -79,9 +100,9 @@ class Tables:
         self.scope_index = sql.Identifier(f"{name}_scope")
         self.vector_index = sql.Identifier(f"{name}_embedding")
 
-    def migrations(self) -> list[tuple[int, list[sql.Composed]]]:
+    def migrations(self) -> list[tuple[int, list[Step]]]:
         """Each schema version and the statements that bring the previous one to it, in order."""
-        version_1 = [
+        version_1: list[Step] = [
             sql.SQL(
                 "CREATE TABLE {} ("
                 " id uuid PRIMARY KEY,"
@@ -94,7 +115,32 @@ class Tables:
                 self.scope_index, self.records
             ),
         ]
-        return [(1, version_1)]
+        version_2: list[Step] = [
+            *(
+                sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET STATISTICS 0").format(
+                    self.records, sql.Identifier(column)
+                )
+                for column in _UNSAMPLED
+            ),
+            self._refold_nul_rows,
+        ]
+        return [(1, version_1), (2, version_2)]
+
+    def _refold_nul_rows(self, connection: psycopg.Connection[Any]) -> None:
+        """Fold again the content of rows written when the folded copy dropped NUL (their JSON
+        escapes it as ``\\u0000``; a few more rows may match that text, and are folded unchanged)."""
+        rows = connection.execute(
+            sql.SQL("SELECT id, record FROM {} WHERE strpos(record, %s) > 0").format(self.records),
+            ["\\u0000"],
+        ).fetchall()
+        update = sql.SQL("UPDATE {} SET content_folded = %s WHERE id = %s").format(self.records)
+        for row_id, data in rows:
+            try:
+                content = json.loads(data)["message"]["content"]
+            except (ValueError, KeyError, TypeError):
+                continue  # an invalid row: reads report it as StoreCorruptedError
+            if isinstance(content, str):
+                connection.execute(update, [fold_content(content), row_id])
 
     def migrate(self, connection: psycopg.Connection[Any], location: str) -> None:
         """Create the tables, or bring them to :data:`SCHEMA_VERSION`, in one transaction.
@@ -124,7 +170,10 @@ class Tables:
             for version, statements in self.migrations():
                 if version > current:
                     for statement in statements:
-                        connection.execute(statement)
+                        if isinstance(statement, sql.Composed):
+                            connection.execute(statement)
+                        else:
+                            statement(connection)
             if current != SCHEMA_VERSION:
                 write = sql.SQL(
                     "INSERT INTO {} (key, value) VALUES ('schema_version', %s)"

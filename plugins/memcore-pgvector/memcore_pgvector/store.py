@@ -8,12 +8,14 @@ distance over an HNSW index, with ``hnsw.iterative_scan`` so that a scoped or
 filtered query still returns ``limit`` hits when the scope is a small part of
 the table. A write is one transaction: an id owned by another scope makes the
 whole batch fail (``INSERT ... ON CONFLICT ... WHERE same scope``), race-free
-between processes.
+between processes. A store object inherited by a forked process opens a pool of
+its own there on its first call (:meth:`PgvectorStore._reconnect_in_child`).
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -35,16 +37,20 @@ from memcore.errors import (
     IdConflictError,
     InvalidInputError,
     InvalidRecordError,
+    ScopeError,
     StoreCorruptedError,
+    StoreError,
 )
 from memcore.filters import Filter, evaluate
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope
-from memcore.store import BaseStore, Capabilities, Order, VectorSpace
+from memcore.store import BaseStore, Capabilities, Order, VectorSpace, text_matches
 from memcore.validation import Matrix
 from memcore_pgvector.errors import translated
 from memcore_pgvector.filters import Condition, NeedsExactEvaluation, compile_filter, scope_condition
-from memcore_pgvector.schema import DEFAULT_TABLE, Tables
+from memcore_pgvector.schema import DEFAULT_TABLE, NUL_MARK, Tables, fold_content
+
+logger = logging.getLogger(__name__)
 
 POOL_SIZE = 8
 """Connections one store keeps at most (threads beyond it wait for one)."""
@@ -82,8 +88,17 @@ def _configure(connection: psycopg.Connection[Any]) -> None:
     connection.execute(SEARCH_SETTINGS)
 
 
+_inherited_pools: list[ConnectionPool[Any]] = []
+"""Pools a forked child inherited from its parent: kept referenced and never touched, so that nothing
+of them (no ``close()``, no libpq ``Terminate`` on the parent's sockets) ever runs in the child."""
+
+
 class PgvectorStore(BaseStore):
-    """memcore records in PostgreSQL with pgvector; safe to share between threads and processes.
+    """memcore records in PostgreSQL with pgvector; safe to share between threads.
+
+    Several processes may open stores on one table at once. A store object inherited through
+    ``fork()`` (gunicorn ``--preload``, celery prefork) opens a pool of its own in the child on
+    its first call there, leaving the parent's connections to the parent.
 
     :param conninfo: a libpq connection string or URI (``postgresql://user@host:port/db``).
     :param table: the records table (created if missing), ``memcore_records`` by default.
@@ -101,21 +116,44 @@ class PgvectorStore(BaseStore):
         with translated("open the store", self.location):
             with psycopg.connect(conninfo, connect_timeout=CONNECT_SECONDS) as connection:
                 self._tables.migrate(connection, self.location)
-            self._pool = ConnectionPool(
-                conninfo,
-                min_size=1,
-                max_size=POOL_SIZE,
-                kwargs={"autocommit": True},  # one round trip a read; writes open a transaction
-                configure=_configure,
-                timeout=WAIT_TIMEOUT,
-                open=False,
-            )
+            self._pool = self._open_pool()
             try:
-                self._pool.open(wait=True, timeout=CONNECT_TIMEOUT)
                 self._dimension = self._read_dimension()
             except BaseException:
                 self._pool.close()
                 raise
+
+    def _open_pool(self) -> ConnectionPool[Any]:
+        pool: ConnectionPool[Any] = ConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=POOL_SIZE,
+            kwargs={"autocommit": True},  # one round trip a read; writes open a transaction
+            configure=_configure,
+            timeout=WAIT_TIMEOUT,
+            open=False,
+        )
+        try:
+            pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def _reconnect_in_child(self) -> None:
+        """In a forked child: a new pool, and the inherited one dropped without being closed.
+
+        The inherited connections' sockets are the parent's sessions: using one would interleave
+        two processes' queries and replies on it, closing one would send ``Terminate`` and end the
+        parent's session. So the child never touches them: the pool is kept referenced (so it is
+        never collected here) and marked closed (so that its ``__del__``, should it run at exit,
+        does nothing); psycopg's ``PGconn`` only calls ``PQfinish`` in the process that connected.
+        """
+        inherited = self._pool
+        inherited._closed = True  # its __del__ would signal worker threads that live in the parent
+        _inherited_pools.append(inherited)
+        with translated("reconnect in a forked process", self.location):
+            self._pool = self._open_pool()
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -134,7 +172,16 @@ class PgvectorStore(BaseStore):
         """A pooled connection (autocommit), errors translated. A connection the server dropped is
         replaced by the pool when it comes back: the call that met it raises StoreUnavailableError."""
         with translated(action, self.location), self._pool.connection() as connection:
-            yield connection
+            try:
+                yield connection
+            except psycopg.OperationalError as exc:
+                if exc.sqlstate is None and not connection.broken:
+                    # libpq refused the statement itself (more than 65,535 parameters...) on a
+                    # connection that is fine: retrying cannot help, so it is not unavailability.
+                    raise StoreError(
+                        f"PostgreSQL at {self.location} refused a statement while {action}: {exc}"
+                    ) from exc
+                raise
 
     def _read_dimension(self, connection: psycopg.Connection[Any] | None = None) -> int | None:
         """The ``n`` of the embedding column's ``vector(n)`` type (``None`` while it is untyped)."""
@@ -170,6 +217,8 @@ class PgvectorStore(BaseStore):
     def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
         for record in records:
             _check_no_nul(record)
+            if record.scope.tenant is None:  # core refuses these first; the column is NOT NULL
+                raise ScopeError(f"record {record.id} names no tenant; every PostgreSQL record has one")
         rows = [
             (
                 record.id,
@@ -180,7 +229,7 @@ class PgvectorStore(BaseStore):
                 record.message.role,
                 record.kind,
                 epoch_micros(record.created_at),
-                record.message.content.casefold().replace("\x00", ""),
+                fold_content(record.message.content),
                 Jsonb(record.metadata),
                 record.model_dump_json(),
                 None if vectors is None else vectors[row],
@@ -272,7 +321,7 @@ class PgvectorStore(BaseStore):
     ) -> builtins.list[ScoredRecord]:
         conditions = [scope_condition(scope), self._filter(scope, node)]
         if text is not None:
-            conditions.append(("strpos(content_folded, %s) > 0", [text.casefold().replace("\x00", "")]))
+            conditions.append(self._text_condition(text, conditions))
         if query is None:
             records = self._list_newest(_where(*conditions), limit)
             return [ScoredRecord.of(record, 1.0) for record in records]
@@ -292,6 +341,22 @@ class PgvectorStore(BaseStore):
         return [
             ScoredRecord.of(_record(data), min(1.0, max(-1.0, 1.0 - distance))) for data, distance in rows
         ]
+
+    def _text_condition(self, text: str, conditions: builtins.list[Condition]) -> Condition:
+        """``text`` in the content, case-insensitively, exactly as :func:`memcore.store.text_matches`.
+
+        The folded copy holds a NUL of the content as :data:`~memcore_pgvector.schema.NUL_MARK`
+        (PostgreSQL text cannot hold NUL). A text without NUL and without that mark matches the
+        copy exactly where it matches the content; one with either (rare) is checked here, on the
+        records whose copy contains it (a superset), against their exact content.
+        """
+        folded = text.casefold()
+        condition = ("strpos(content_folded, %s) > 0", [fold_content(text)])
+        if "\x00" not in folded and NUL_MARK not in folded:
+            return condition
+        with self._connection("search text") as connection:
+            candidates = self._select(connection, _where(*conditions, condition))
+        return "id = ANY(%s)", [[r.id for r in candidates if text_matches(text, r.message.content)]]
 
     def _list_newest(self, where: Condition, limit: int) -> builtins.list[MemoryRecord]:
         with self._connection("search") as connection:
@@ -317,12 +382,25 @@ class PgvectorStore(BaseStore):
             return connection.execute(statement, values).rowcount
 
     def purge(self) -> None:
-        """Rewrite the tables without their deleted rows: ``VACUUM FULL``, which also rebuilds the indexes.
+        """Rewrite the tables without their deleted rows, and the planner statistics without their values.
 
-        It locks the table for the time it takes. PostgreSQL's write-ahead log and
-        backups keep what they kept; their retention is the server's.
+        ``VACUUM FULL`` rewrites both tables (and rebuilds the indexes). The table's statistics
+        (``pg_statistic``, which ``ANALYZE`` and autovacuum fill with sampled values: user ids,
+        role, kind) are then cleared (PostgreSQL 18's ``pg_clear_attribute_stats``) and made again
+        from the rows that remain (``ANALYZE``), and ``VACUUM FULL pg_statistic`` rewrites the
+        catalog's file without the old versions. That last step needs a superuser or the
+        ``MAINTAIN`` privilege on ``pg_statistic`` (``pg_maintain``); without it the old versions
+        stay in the catalog's file until autovacuum and later writes reuse their space, and purge
+        logs a warning. It locks the table (and, briefly, the statistics) for the time it takes.
+        PostgreSQL's write-ahead log and backups keep what they kept; their retention is the server's.
         """
         super().purge()
+        refused: builtins.list[str] = []
+
+        def notice(diagnostic: psycopg.errors.Diagnostic) -> None:
+            if diagnostic.sqlstate == "42501":  # VACUUM skips a table it may not vacuum, with a warning
+                refused.append(diagnostic.message_primary or "permission denied")
+
         with (
             translated("purge", self.location),
             psycopg.connect(
@@ -331,6 +409,33 @@ class PgvectorStore(BaseStore):
         ):
             for table in (self._tables.records, self._tables.meta):
                 connection.execute(sql.SQL("VACUUM FULL {}").format(table))
+            self._clear_statistics(connection)
+            connection.execute(sql.SQL("ANALYZE {}").format(self._tables.records))
+            connection.add_notice_handler(notice)
+            connection.execute("VACUUM FULL pg_catalog.pg_statistic")
+        if refused:
+            logger.warning(
+                "purge could not rewrite pg_statistic at %s (%s): old statistics of deleted records "
+                "stay in the catalog's file until their space is reused; run VACUUM FULL pg_statistic "
+                "as a superuser",
+                self.location,
+                refused[0],
+            )
+
+    def _clear_statistics(self, connection: psycopg.Connection[Any]) -> None:
+        """Delete the records table's rows of ``pg_statistic`` (PostgreSQL 18 or newer; owner only).
+
+        ``ANALYZE`` replaces them, but keeps them when the table is empty (nothing to sample)."""
+        row = connection.execute("SELECT to_regproc('pg_catalog.pg_clear_attribute_stats')").fetchone()
+        if row is None or row[0] is None:
+            return
+        connection.execute(
+            "SELECT pg_catalog.pg_clear_attribute_stats(n.nspname, c.relname, a.attname, false)"
+            " FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
+            " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
+            [self._tables.name],
+        )
 
     def _load_vector_space(self) -> VectorSpace | None:
         query = sql.SQL("SELECT value FROM {} WHERE key = 'vector_space'").format(self._tables.meta)
@@ -370,7 +475,7 @@ class PgvectorStore(BaseStore):
 def _check_no_nul(record: MemoryRecord) -> None:
     """PostgreSQL's ``jsonb`` cannot hold a NUL character: refuse metadata holding one, up front.
 
-    (The record's JSON escapes NUL, and the copy of the content for text search drops it.)
+    (The record's JSON escapes NUL, and the copy of the content for text search marks it.)
     """
     for key, value in record.metadata.items():
         if any(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,18 +16,24 @@ import psycopg
 import pytest
 from conftest import Postgres, running_postgres, with_table
 from memcore_pgvector import PgvectorStore
+from memcore_pgvector.filters import compile_filter
 
 from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
     InvalidInputError,
     InvalidRecordError,
+    MemcoreError,
+    ScopeError,
     StoreCorruptedError,
+    StoreError,
     StoreUnavailableError,
 )
+from memcore.filters import MAX_FILTER_TERMS, parse_filter
+from memcore.model_base import STORED
 from memcore.records import MemoryRecord, Message
-from memcore.scope import Scope
-from memcore.store import VectorSpace
+from memcore.scope import DEFAULT_TENANT, Scope
+from memcore.store import VectorSpace, text_matches
 
 SCOPE = Scope(tenant="acme", user_id="alice")
 
@@ -201,6 +210,7 @@ def test_nul_characters_are_kept_in_content_and_refused_in_metadata(
         store.add([record])
         assert store.get(SCOPE, [record.id])[0].message.content == "before\x00after"
         assert len(store.search(SCOPE, text="after", limit=5)) == 1
+        assert store.search(SCOPE, text="reaf", limit=5) == []  # NUL is kept, not dropped
         bad = MemoryRecord(scope=SCOPE, message=Message(role="user", content="x"), metadata={"k": "a\x00b"})
         with pytest.raises(InvalidRecordError):
             store.add([bad])
@@ -230,3 +240,191 @@ def test_a_password_parameter_is_masked_too() -> None:
     with pytest.raises(StoreUnavailableError) as raised:
         PgvectorStore.from_url("postgresql://me@127.0.0.1:1/db?password=hunter2&connect_timeout=2")
     assert "hunter2" not in str(raised.value)
+
+
+def test_a_forked_child_reconnects_and_both_sides_read_only_their_own_rows(
+    postgres: Postgres, table_name: str
+) -> None:
+    """Issue 20, item 1: both processes loop ``list(own scope, limit=20)`` through one inherited store."""
+    alice, bob = Scope(tenant="acme", user_id="alice"), Scope(tenant="globex", user_id="bob")
+    store = PgvectorStore.from_url(with_table(postgres.uri, table_name))
+    try:
+        store.add(_records(20, alice, "alice") + _records(20, bob, "bob"))
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe and never returns
+            status = 1
+            try:
+                figures = _list_loop(store, bob, "bob", seconds=2.0)
+                store.close()
+                os.write(write_end, json.dumps(figures).encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        own = _list_loop(store, alice, "alice", seconds=2.0)
+        with os.fdopen(read_end) as pipe:
+            report = pipe.read()
+        _, status = os.waitpid(child, 0)
+        assert status == 0 and report, "the child crashed"
+        seen = json.loads(report)
+        for side in (own, seen):
+            assert side["reads"] > 0 and side["foreign"] == side["untyped"] == side["refused"] == 0, side
+        assert [r.message.content for r in store.list(alice, limit=1)] == ["alice 0"]
+        assert store.count(bob) == 20  # the parent's sessions survived the child's close
+    finally:
+        store.close()
+
+
+def _list_loop(store: PgvectorStore, scope: Scope, name: str, seconds: float) -> dict[str, int]:
+    figures = {"reads": 0, "foreign": 0, "untyped": 0, "refused": 0}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            rows = store.list(scope, limit=20)
+        except MemcoreError:
+            figures["refused"] += 1
+            break
+        except Exception:
+            figures["untyped"] += 1
+            continue
+        figures["reads"] += 1
+        figures["foreign"] += sum(not r.message.content.startswith(f"{name} ") for r in rows)
+        figures["foreign"] += int(len(rows) != 20)
+    return figures
+
+
+def test_an_in_list_is_one_parameter_whatever_its_length() -> None:
+    """A filter within MAX_FILTER_TERMS never comes near PostgreSQL's 65,535 parameters."""
+    values = list(range(MAX_FILTER_TERMS))
+    for spec in ({"metadata.k": {"$in": values}}, {"metadata.k": {"$nin": values}}):
+        _, parameters = compile_filter(parse_filter(spec))
+        assert len(parameters) <= 5
+
+
+def test_statements_that_cannot_succeed_on_retry_are_not_unavailable(
+    postgres: Postgres, table_name: str
+) -> None:
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        too_many = "SELECT 1 WHERE 1 = ANY(ARRAY[" + ", ".join(["%s"] * 70_000) + "]::int[])"
+        with pytest.raises(StoreError) as raised, store._connection("test") as connection:
+            connection.execute(too_many, list(range(70_000)))
+        assert not isinstance(raised.value, StoreUnavailableError)
+        with pytest.raises(StoreError) as raised, store._connection("test") as connection:
+            connection.execute("SELECT array_fill(1, ARRAY[200000000])")  # 54000: over a limit
+        assert not isinstance(raised.value, StoreUnavailableError)
+        assert store.count(SCOPE) == 0  # and the pool is fine
+
+
+@pytest.mark.parametrize("others", [30, 0], ids=["others-kept", "table-emptied"])
+def test_purge_leaves_no_deleted_value_in_the_planner_statistics(
+    postgres: Postgres, table_name: str, others: int
+) -> None:
+    """Issue 20, item 10: ANALYZE, delete a user's records, purge, CHECKPOINT: nothing of them left
+    in pg_stats nor in any file of the data folder outside the write-ahead log (an emptied table:
+    ANALYZE, finding no row, would keep the old statistics)."""
+    user = "victim-7d1e@example.com"
+    gone = Scope(tenant="acme", user_id=user)
+    needles = [user, "secret-content-4b8f", "secret-metadata-91c2", f'"user_id":"{user}"']
+    url = with_table(postgres.uri, table_name)
+    kept = [
+        MemoryRecord(
+            scope=Scope(tenant="acme", user_id=f"kept{i}"), message=Message(role="user", content="k")
+        )
+        for i in range(others)
+    ]
+    victims = [
+        MemoryRecord(
+            scope=gone,
+            message=Message(role="user", content=f"secret-content-4b8f {i}"),
+            metadata={"tag": "secret-metadata-91c2"},
+        )
+        for i in range(200)  # the most common user id: in the statistics' most common values
+    ]
+    with PgvectorStore.from_url(url) as store, psycopg.connect(postgres.uri, autocommit=True) as admin:
+        store.add(kept + victims, _vectors(others + 200, 8))
+        admin.execute(f"ALTER TABLE {table_name} ALTER COLUMN record SET STATISTICS 100")  # as version 1
+        admin.execute(f"ALTER TABLE {table_name} ALTER COLUMN metadata SET STATISTICS 100")
+        admin.execute(f"ALTER TABLE {table_name} ALTER COLUMN content_folded SET STATISTICS 100")
+        admin.execute(f"ANALYZE {table_name}")
+        stats = admin.execute("SELECT pg_stats::text FROM pg_stats WHERE tablename = %s", [table_name])
+        assert any(user in row[0] for row in stats.fetchall()), "the scenario puts the user in pg_stats"
+        assert store.delete_where(gone, {}) == 200
+        store.purge()
+        admin.execute("CHECKPOINT")
+        stats = admin.execute("SELECT pg_stats::text FROM pg_stats WHERE tablename = %s", [table_name])
+        left = [row[0] for row in stats.fetchall()]
+        assert bool(left) == bool(others) and not [n for n in needles if any(n in row for row in left)]
+        assert store.count(Scope(tenant="acme")) == others
+    for needle in needles:
+        found = subprocess.run(
+            ["grep", "-rlF", needle, str(postgres.data / "base"), str(postgres.data / "global")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert found.stdout == "", f"{needle!r} still on disk in {found.stdout}"
+
+
+def test_columns_of_user_content_are_never_sampled_by_analyze(postgres: Postgres, table_name: str) -> None:
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        store.add(_records(50, text="sampled-never-3e9a"), _vectors(50, 8))  # types the embedding
+        with psycopg.connect(postgres.uri, autocommit=True) as admin:
+            admin.execute(f"ANALYZE {table_name}")
+            rows = admin.execute(
+                "SELECT attname, pg_stats::text FROM pg_stats WHERE tablename = %s", [table_name]
+            ).fetchall()
+    assert {name for name, _ in rows}.isdisjoint({"content_folded", "metadata", "record", "embedding"})
+    assert not [text for _, text in rows if "sampled-never-3e9a" in text]
+
+
+def test_text_search_agrees_with_the_reference_on_nul(postgres: Postgres, table_name: str) -> None:
+    contents = ["abc\x00def", "abcdef", "ab\x00", "x\uffffy", "\x00", "CD"]
+    texts = ["cd", "c\x00d", "\x00", "b\x00", "\uffff", "x\uffff", "\x00d", "abc", "\x00\x00"]
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        records = [MemoryRecord(scope=SCOPE, message=Message(role="user", content=c)) for c in contents]
+        store.add(records, _vectors(len(records), 8))
+        for text in texts:
+            expected = {r.id for r in records if text_matches(text, r.message.content)}
+            assert {h.record.id for h in store.search(SCOPE, text=text, limit=10)} == expected, text
+            with_vector = store.search(SCOPE, text=text, vector=_vectors(1, 8, seed=2)[0], limit=10)
+            assert {h.record.id for h in with_vector} == expected, text
+
+
+def test_a_version_1_table_is_migrated_nul_content_included(postgres: Postgres, table_name: str) -> None:
+    url = with_table(postgres.uri, table_name)
+    record = MemoryRecord(scope=SCOPE, message=Message(role="user", content="abc\x00def"))
+    with PgvectorStore.from_url(url) as store:
+        store.add([record])
+    with psycopg.connect(postgres.uri, autocommit=True) as admin:  # back to what version 1 wrote
+        admin.execute(f"UPDATE {table_name} SET content_folded = 'abcdef'")
+        admin.execute(f"UPDATE {table_name}_meta SET value = '1' WHERE key = 'schema_version'")
+        admin.execute(f"ALTER TABLE {table_name} ALTER COLUMN record SET STATISTICS -1")
+    with PgvectorStore.from_url(url) as store:
+        assert store.search(SCOPE, text="cd", limit=5) == []
+        assert len(store.search(SCOPE, text="c\x00d", limit=5)) == 1
+    with psycopg.connect(postgres.uri, autocommit=True) as admin:
+        version = admin.execute(f"SELECT value FROM {table_name}_meta WHERE key = 'schema_version'")
+        assert version.fetchone() == (2,)
+        target = admin.execute(
+            "SELECT attstattarget FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'record'",
+            [table_name],
+        )
+        assert target.fetchone() == (0,)
+
+
+def test_every_record_has_a_tenant_and_a_tenantless_one_is_refused_typed(
+    postgres: Postgres, table_name: str
+) -> None:
+    """Issue 20, item 14: the tenant column is NOT NULL; a scope without one reads DEFAULT_TENANT."""
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        mine = MemoryRecord(scope=Scope(user_id="alice"), message=Message(role="user", content="mine"))
+        store.add([mine])
+        assert store.get(Scope(tenant=DEFAULT_TENANT, user_id="alice"), [mine.id]) == [mine]
+        assert store.count(Scope(tenant="other", user_id="alice")) == 0
+        data = mine.model_dump(mode="json")
+        data["id"], data["scope"]["tenant"] = str(uuid.uuid4()), None
+        old = MemoryRecord.model_validate(data, context=STORED)  # as decoded from old stored data
+        with pytest.raises(ScopeError):
+            store.add([old])
+        assert store.count(Scope.everything()) == 1
