@@ -39,6 +39,7 @@ from memcore.filters import And, Comparison, Filter, Not, Or, Scalar, evaluate
 from memcore.records import MemoryRecord
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
+    TYPE_LIST,
     TYPE_NUM,
     VALUE_TYPES,
     Where,
@@ -49,6 +50,18 @@ from memcore_chroma.encoding import (
     scalar_key,
     type_key,
 )
+
+MAX_WHERE_CLAUSES = 256
+"""The most comparisons a ``where`` sent to Chroma may hold. Chroma turns each ``$and``/``$or``
+clause into one more level of a SQLite expression: from about 990 clauses it raises "Expression
+tree is too large" (SQLite's depth limit of 1,000), and from a few thousand the process (embedded,
+or ``chroma run``) segfaults. A filter that compiles to more is sent as "anything" (the scope
+alone) and evaluated exactly here. One ``$in`` is one clause whatever its length (Chroma takes
+about 16,000 values before SQLite runs out of variables; memcore allows 1,024)."""
+
+MAX_LIST_CONTAINS = 32
+"""A string ``$in``/``$nin`` of more values than this does not test list elements in Chroma (one
+``$contains`` clause per value): it selects records with a list at the key, post-filtered."""
 
 EXACT_FLOAT_LIMIT = 2**53
 """Below this magnitude every int is exactly a float, so float comparisons are exact."""
@@ -84,7 +97,23 @@ def compile_filter(node: Filter | None) -> CompiledFilter:
 
     :raises FilterError: for a node or operator this compiler does not know.
     """
-    return ANYTHING if node is None else _compile(node, negated=False)
+    if node is None:
+        return ANYTHING
+    compiled = _compile(node, negated=False)
+    if compiled.where is not None and clause_count(compiled.where) > MAX_WHERE_CLAUSES:
+        return CompiledFilter(None, exact=False, nothing=compiled.nothing)
+    return compiled
+
+
+def clause_count(where: Where) -> int:
+    """How many comparisons ``where`` holds (each ``$and``/``$or`` clause is one SQLite level)."""
+    total = 0
+    for key, value in where.items():
+        if key in ("$and", "$or"):
+            total += sum(clause_count(clause) for clause in value)
+        else:
+            total += 1
+    return total
 
 
 def _compile(node: Filter, negated: bool) -> CompiledFilter:
@@ -195,7 +224,14 @@ def _metadata_in(key: str, values: tuple[Scalar, ...], keep: bool) -> CompiledFi
     for group in (strings, booleans, [float(v) for v in numbers]):  # type: ignore[arg-type]
         if group:
             clauses.append({scalar: {"$in" if keep else "$nin": group}})
-    clauses += [{list_key(key): {"$contains" if keep else "$not_contains": s}} for s in strings]
+    if len(strings) > MAX_LIST_CONTAINS:
+        # One $contains per value would make the where too large for Chroma: a superset instead.
+        exact = False
+        if keep:
+            clauses.append({type_key(key): TYPE_LIST})
+        # not keep: "no list element among them" is left to the post-filter
+    else:
+        clauses += [{list_key(key): {"$contains" if keep else "$not_contains": s}} for s in strings]
     if keep:
         return CompiledFilter(any_of(clauses), exact) if clauses else NOTHING
     return CompiledFilter(all_of(clauses), exact)

@@ -6,8 +6,10 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
+import numpy as np
 import pytest
 from chroma_server import ChromaServer
 from conftest import drop_collection
@@ -18,6 +20,7 @@ from memcore_chroma.store import ChromaStoreBase
 
 import memcore
 from memcore.errors import InvalidInputError
+from memcore.filters import MAX_FILTER_TERMS, evaluate, parse_filter
 from memcore.scope import Scope
 from memcore.testing.helpers import make_record, random_vectors
 
@@ -126,3 +129,45 @@ def test_a_loose_folder_and_everything_chroma_makes_in_it_end_up_private(tmp_pat
     with ChromaStore(root) as reopened:
         assert _loose(root) == []
         assert reopened.count(OWNER) == 1_199
+
+
+# -- filters of the most terms ---------------------------------------------------------------------
+
+
+def _largest_filters(chosen: list[int]) -> list[dict[str, Any]]:
+    strings = [f"v{i}" for i in chosen]
+    return [
+        {"metadata.s": {"$in": strings}},
+        {"metadata.s": {"$nin": strings}},
+        {"$or": [{"metadata.s": s} for s in strings]},
+        {"$and": [{"metadata.s": {"$ne": s}} for s in strings]},
+        {"$not": {"$or": [{"metadata.n": i} for i in chosen]}},
+        {"$or": [{"metadata.n": {"$gte": i, "$lt": i + 1}} for i in chosen[: MAX_FILTER_TERMS // 2]]},
+    ]
+
+
+def test_filters_of_the_most_terms_work_on_every_read_and_delete_path(
+    open_store: Callable[[], ChromaStoreBase],
+) -> None:
+    # Before: "Expression tree is too large" (a StoreError) from ~990 clauses, one per string of
+    # an $in, and a segfault of the engine (embedded) or of `chroma run` from a few thousand.
+    count = 1_500
+    records = [
+        make_record(OWNER, f"r{i}", metadata={"n": i, "s": f"v{i}" if i % 2 else [f"v{i}", "x"]})
+        for i in range(count)
+    ]
+    vectors = random_vectors(count, seed=2)
+    chosen = [int(i) for i in np.random.default_rng(1).choice(count, MAX_FILTER_TERMS, replace=False)]
+    with open_store() as store:
+        store.add(records, vectors)
+        for spec in _largest_filters(chosen):
+            node = parse_filter(spec)
+            expected = {r.id for r in records if evaluate(node, r)}
+            assert {r.id for r in store.list(OWNER, filter=spec)} == expected
+            assert {r.id for r in store.list(OWNER.exact(), filter=spec, order="desc", limit=7)} <= expected
+            assert store.count(OWNER, filter=spec) == len(expected)
+            hits = store.search(OWNER, vector=vectors[chosen[0]], filter=spec, limit=10)
+            assert {h.record.id for h in hits} <= expected and len(hits) == min(10, len(expected))
+        spec = _largest_filters(chosen)[0]
+        assert store.delete_where(OWNER, spec) == MAX_FILTER_TERMS
+        assert store.count(OWNER) == count - MAX_FILTER_TERMS
