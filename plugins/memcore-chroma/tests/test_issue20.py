@@ -19,10 +19,12 @@ from memcore_chroma.opening import META_SCOPE_KEYS
 from memcore_chroma.store import ChromaStoreBase
 
 import memcore
-from memcore.errors import InvalidInputError
+from memcore.errors import InvalidInputError, InvalidRecordError
 from memcore.filters import MAX_FILTER_TERMS, evaluate, parse_filter
+from memcore.records import MAX_METADATA_KEYS, MAX_METADATA_LIST_ITEMS, MemoryRecord, Message, MetadataValue
 from memcore.scope import Scope
 from memcore.testing.helpers import make_record, random_vectors
+from memcore.validation import MAX_RECORD_BYTES
 
 OWNER = Scope(tenant="t", user_id="u")
 LEVELS = [
@@ -171,3 +173,49 @@ def test_filters_of_the_most_terms_work_on_every_read_and_delete_path(
         spec = _largest_filters(chosen)[0]
         assert store.delete_where(OWNER, spec) == MAX_FILTER_TERMS
         assert store.count(OWNER) == count - MAX_FILTER_TERMS
+
+
+# -- the largest record ----------------------------------------------------------------------------
+
+
+def _largest_record(scope: Scope) -> MemoryRecord:
+    metadata: dict[str, MetadataValue] = {f"k{i:03d}": f"v{i}" for i in range(MAX_METADATA_KEYS - 1)}
+    metadata["tags"] = [f"t{i}" for i in range(MAX_METADATA_LIST_ITEMS)]
+    record = make_record(scope, "", metadata=metadata)
+    room = MAX_RECORD_BYTES - len(record.model_dump_json().encode())
+    return record.model_copy(update={"message": Message(role="user", content="x" * room)})
+
+
+def _still_usable(store: ChromaStoreBase, wide: list[MemoryRecord]) -> None:
+    assert store.get(OWNER, [r.id for r in wide]) == wide
+    assert store.count(OWNER, filter={"metadata.tags": "t255", "metadata.k126": "v126"}) == len(wide)
+    bystander = make_record(Scope(tenant="bystander"), "still writes")
+    store.add([bystander], random_vectors(1))
+    assert store.get(Scope(tenant="bystander"), [bystander.id]) == [bystander]
+
+
+def test_the_largest_records_do_not_poison_the_collection(open_store: Callable[[], ChromaStoreBase]) -> None:
+    # Before the core limit, one record of 3,000 keys (6,000 flat keys: Chroma fails from ~5,450
+    # in one entry) made every later write of every tenant fail, and reads after a reopen.
+    wide = [_largest_record(OWNER) for _ in range(3)]
+    assert len(wide[0].model_dump_json().encode()) == MAX_RECORD_BYTES
+    with open_store() as store:
+        store.add(wide, random_vectors(len(wide)))
+        _still_usable(store, wide)
+        with pytest.raises(InvalidRecordError):
+            store.add([make_record(OWNER, "too wide", metadata={f"k{i}": i for i in range(129)})])
+        _still_usable(store, wide)
+    with open_store() as reopened:
+        _still_usable(reopened, wide)
+
+
+def test_the_largest_records_survive_a_server_restart(tmp_path: Path) -> None:
+    wide = [_largest_record(OWNER) for _ in range(3)]
+    with ChromaServer(tmp_path / "data") as server:
+        address = urls.ServerAddress("127.0.0.1", server.port, ssl=False)
+        with ChromaHttpStore(address, collection="wide") as store:
+            store.add(wide, random_vectors(len(wide)))
+        server.stop()
+        server.start()
+        with ChromaHttpStore(address, collection="wide") as store:
+            _still_usable(store, wide)
