@@ -76,6 +76,22 @@ class EmbedderMismatchError(InvalidInputError):
     """An embedder differs (by name or dimension) from the one the store's vectors came from."""
 
 
+class IncompleteImportError(MemcoreError):
+    """An import failed after storing some of its records, which stay stored.
+
+    :param stored: how many records were stored (or replaced) before the failure.
+    :param cause: the error that stopped the import (also ``__cause__``).
+    """
+
+    def __init__(self, stored: int, cause: MemcoreError) -> None:
+        super().__init__(
+            f"{cause} -- the import stopped there: the {stored} records before it were stored "
+            "(records with the same id replaced), nothing after it"
+        )
+        self.stored = stored
+        self.cause = cause
+
+
 class StoreError(MemcoreError):
     """The store could not perform the operation."""
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -99,6 +100,15 @@ MISSING: Any = _Missing()
 """What :func:`field_value` returns for a metadata key the record lacks."""
 
 
+_SHOWN = reprlib.Repr()  # Python 3.11's Repr takes no keyword arguments
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 60, 60
+
+
+def _shown(value: object) -> str:
+    """``value`` for an error message: bounded in length and depth (a filter may nest 10,000 deep)."""
+    return _SHOWN.repr(value)
+
+
 def parse_filter(spec: FilterSpec | Filter | None) -> Filter | None:
     """Validate a filter dict (or pass through an AST) into an AST.
 
@@ -154,7 +164,7 @@ def _check_node(node: Any, depth: int) -> Filter:
         )
         checked = _comparison(node.field, node.op, value)
         if checked != node:
-            raise FilterError(f"invalid comparison {node!r}; parse a dict filter instead")
+            raise FilterError(f"invalid comparison {_shown(node)}; parse a dict filter instead")
         return node
     if isinstance(node, And | Or):
         if not isinstance(node.clauses, tuple) or not node.clauses:
@@ -162,29 +172,29 @@ def _check_node(node: Any, depth: int) -> Filter:
         return type(node)(tuple(_check_node(clause, depth) for clause in node.clauses))
     if isinstance(node, Not):
         return Not(_check_node(node.clause, depth))
-    raise FilterError(f"not a filter node: {node!r}")
+    raise FilterError(f"not a filter node: {_shown(node)}")
 
 
 def _parse_document(spec: Any, depth: int) -> Filter:
     depth = _check_depth(depth)
     if not isinstance(spec, Mapping) or not spec:
-        raise FilterError(f"expected a non-empty filter dict, got {spec!r}")
+        raise FilterError(f"expected a non-empty filter dict, got {_shown(spec)}")
     clauses = [_parse_entry(key, value, depth) for key, value in spec.items()]
     return clauses[0] if len(clauses) == 1 else And(tuple(clauses))
 
 
 def _parse_entry(key: Any, value: Any, depth: int) -> Filter:
     if not isinstance(key, str):
-        raise FilterError(f"filter keys are strings, got {key!r}")
+        raise FilterError(f"filter keys are strings, got {_shown(key)}")
     if key in ("$and", "$or"):
         if not isinstance(value, list | tuple) or not value:
-            raise FilterError(f"{key} takes a non-empty list of filters, got {value!r}")
+            raise FilterError(f"{key} takes a non-empty list of filters, got {_shown(value)}")
         children = tuple(_parse_document(child, depth) for child in value)
         return And(children) if key == "$and" else Or(children)
     if key == "$not":
         return Not(_parse_document(value, depth))
     if key.startswith("$"):
-        raise FilterError(f"unknown logical operator {key!r}; use one of {sorted(LOGICAL_OPS)}")
+        raise FilterError(f"unknown logical operator {_shown(key)}; use one of {sorted(LOGICAL_OPS)}")
     _check_field(key)
     if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
         return _parse_operators(key, value, depth)
@@ -197,13 +207,13 @@ def _parse_operators(field: str, operators: Mapping[str, Any], depth: int) -> Fi
     for op, value in operators.items():
         if op == "$not":
             if not isinstance(value, Mapping) or not value:
-                raise FilterError(f"{field}: $not takes a non-empty operator dict, got {value!r}")
+                raise FilterError(f"{field}: $not takes a non-empty operator dict, got {_shown(value)}")
             clauses.append(Not(_parse_operators(field, value, depth)))
         elif op in COMPARISON_OPS:
             clauses.append(_comparison(field, op, value))
         else:
             raise FilterError(
-                f"{field}: unknown operator {op!r}; use one of {sorted(COMPARISON_OPS | {'$not'})}"
+                f"{field}: unknown operator {_shown(op)}; use one of {sorted(COMPARISON_OPS | {'$not'})}"
             )
     return clauses[0] if len(clauses) == 1 else And(tuple(clauses))
 
@@ -225,11 +235,11 @@ def _check_field(field: str) -> None:
 def _comparison(field: str, op: str, value: Any) -> Comparison:
     if op == "$exists":
         if not isinstance(value, bool):
-            raise FilterError(f"{field}: $exists takes true or false, got {value!r}")
+            raise FilterError(f"{field}: $exists takes true or false, got {_shown(value)}")
         return Comparison(field, "$exists", value)
     if op in ("$in", "$nin"):
         if not isinstance(value, list | tuple):
-            raise FilterError(f"{field}: {op} takes a list, got {value!r}")
+            raise FilterError(f"{field}: {op} takes a list, got {_shown(value)}")
         if len(value) > MAX_FILTER_TERMS:
             raise FilterError(f"{field}: {op} takes at most {MAX_FILTER_TERMS} values, got {len(value)}")
         return Comparison(field, op, tuple(_scalar(field, op, item) for item in value))  # type: ignore[arg-type]
@@ -237,11 +247,11 @@ def _comparison(field: str, op: str, value: Any) -> Comparison:
         if field in ("role", "kind", "created_at"):
             raise FilterError(f"$contains applies to list metadata fields, not {field}")
         if not isinstance(value, str):
-            raise FilterError(f"{field}: $contains takes a string, got {value!r}")
+            raise FilterError(f"{field}: $contains takes a string, got {_shown(value)}")
         return Comparison(field, "$contains", value)
     scalar = _scalar(field, op, value)
     if op in RANGE_OPS and (isinstance(scalar, bool | str)):
-        raise FilterError(f"{field}: {op} compares numbers or datetimes, got {value!r}")
+        raise FilterError(f"{field}: {op} compares numbers or datetimes, got {_shown(value)}")
     return Comparison(field, op, scalar)  # type: ignore[arg-type]
 
 
@@ -250,9 +260,9 @@ def _scalar(field: str, op: str, value: Any) -> Scalar:
         return _datetime(field, op, value)
     if field in ("role", "kind"):
         if not isinstance(value, str):
-            raise FilterError(f"{field}: {op} takes a string, got {value!r}")
+            raise FilterError(f"{field}: {op} takes a string, got {_shown(value)}")
         if field == "role" and value not in ROLES:
-            raise FilterError(f"role {value!r} is not one of {sorted(ROLES)}")
+            raise FilterError(f"role {_shown(value)} is not one of {sorted(ROLES)}")
         return value
     if isinstance(value, bool | str):
         return value
@@ -262,9 +272,9 @@ def _scalar(field: str, op: str, value: Any) -> Scalar:
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise FilterError(f"{field}: {op} needs a finite number, got {value!r}")
+            raise FilterError(f"{field}: {op} needs a finite number, got {_shown(value)}")
         return value
-    raise FilterError(f"{field}: {op} takes a string, number or boolean, got {value!r}")
+    raise FilterError(f"{field}: {op} takes a string, number or boolean, got {_shown(value)}")
 
 
 def _datetime(field: str, op: str, value: Any) -> datetime:
@@ -272,9 +282,9 @@ def _datetime(field: str, op: str, value: Any) -> datetime:
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            raise FilterError(f"{field}: {op} needs an ISO-8601 datetime, got {value!r}") from None
+            raise FilterError(f"{field}: {op} needs an ISO-8601 datetime, got {_shown(value)}") from None
     if not isinstance(value, datetime):
-        raise FilterError(f"{field}: {op} needs a datetime, got {value!r}")
+        raise FilterError(f"{field}: {op} needs a datetime, got {_shown(value)}")
     try:
         return in_utc(value)
     except ValueError as exc:

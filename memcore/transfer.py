@@ -37,6 +37,7 @@ from memcore.embedders.base import Embedder
 from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
+    IncompleteImportError,
     InvalidInputError,
     InvalidRecordError,
     MemcoreError,
@@ -63,22 +64,6 @@ Progress = Callable[[int, int], None]
 
 def _no_progress(done: int, total: int) -> None:
     pass
-
-
-class IncompleteImportError(MemcoreError):
-    """An import failed after storing some of its records, which stay stored.
-
-    :param stored: how many records were stored (or replaced) before the failure.
-    :param cause: the error that stopped the import (also ``__cause__``).
-    """
-
-    def __init__(self, stored: int, cause: MemcoreError) -> None:
-        super().__init__(
-            f"{cause} -- the import stopped there: the {stored} records before it were stored "
-            "(records with the same id replaced), nothing after it"
-        )
-        self.stored = stored
-        self.cause = cause
 
 
 @dataclass(frozen=True)

@@ -132,3 +132,12 @@ def test_malformed_filters_raise(spec: dict[Any, Any]) -> None:
 def test_filter_must_be_a_mapping() -> None:
     with pytest.raises(FilterError):
         parse_filter([{"role": "user"}])  # type: ignore[arg-type]
+
+
+def test_values_nested_ten_thousand_deep_are_a_filter_error_not_a_recursion_error() -> None:
+    deep: list[object] = []
+    for _ in range(10_000):
+        deep = [deep]
+    for spec in ({"metadata.a": {"$in": deep}}, {"metadata.a": deep}, {"metadata.a": {"$gt": {"x": deep}}}):
+        with pytest.raises(FilterError):
+            parse_filter(spec)

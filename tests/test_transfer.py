@@ -22,6 +22,7 @@ from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
+    IncompleteImportError,
     InvalidInputError,
     MemcoreError,
     ScopeError,
@@ -34,7 +35,6 @@ from memcore.store import BaseStore, Store, VectorSpace
 from memcore.stores.memory import MemoryStore
 from memcore.testing.helpers import BASE_TIME, make_record, random_vectors
 from memcore.transfer import (
-    IncompleteImportError,
     add_entries,
     check_entries,
     entries,
