@@ -30,7 +30,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from memcore.errors import StoreCorruptedError
+from memcore.errors import StoreCorruptedError, StoreError
 from memcore.locking import fsync_dir
 from memcore_chroma.erasure import SQLITE_FILE
 
@@ -110,3 +110,40 @@ def unmark(path: Path, name: str) -> None:
     """Remove the marker file ``name`` from ``path`` durably."""
     (path / name).unlink(missing_ok=True)
     fsync_dir(path)
+
+
+def drop_unapplied(path: Path, collection_id: str, ids: list[str]) -> int:
+    """Remove from the log the writes of ``ids`` that the collection's metadata segment never applied.
+
+    Chroma appends a write to its log, then applies it; when applying fails (a full disk: "Failed
+    to apply logs to the metadata segment") the call raises but the entry stays, so it would be
+    applied at the next open (a batch that raised, stored after all) and is retried, and fails
+    again, on every later write. Call it with no client open on ``path`` (then drop the vector
+    indexes, which may have applied them, for Chroma to rebuild from the log).
+
+    :returns: how many log entries were removed.
+    :raises StoreError: if the log cannot be changed (then the entries may be applied later).
+    """
+    try:
+        with closing(sqlite3.connect(path / SQLITE_FILE, timeout=30)) as database, database:
+            row = database.execute(
+                "SELECT m.seq_id FROM segments s JOIN max_seq_id m ON m.segment_id = s.id "
+                "WHERE s.scope = 'METADATA' AND s.collection = ?",
+                (collection_id,),
+            ).fetchone()
+            applied = row[0] if row and row[0] is not None else 0
+            removed = 0
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                cursor = database.execute(
+                    f"DELETE FROM embeddings_queue WHERE seq_id > ? AND topic LIKE ? AND id IN ({marks})",
+                    (applied, f"%/{collection_id}", *chunk),
+                )
+                removed += cursor.rowcount
+            return removed
+    except sqlite3.Error as exc:
+        raise StoreError(
+            f"a write to the Chroma store at {path} failed, and its entries could not be removed from "
+            f"Chroma's log ({exc}): they may be applied when the store is next opened"
+        ) from None

@@ -19,6 +19,7 @@ case-sensitive.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar, Self, TypeVar
@@ -28,7 +29,13 @@ import numpy as np
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import NotFoundError
 
-from memcore.errors import DimensionMismatchError, EmbedderMismatchError, IdConflictError, InvalidInputError
+from memcore.errors import (
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    IdConflictError,
+    InvalidInputError,
+    StoreError,
+)
 from memcore.filters import Filter
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
@@ -300,15 +307,16 @@ class ChromaStoreBase(BaseStore):
                     flat[key] = None  # type: ignore[assignment]
             for start in range(0, len(records), PAGE_SIZE):
                 batch = slice(start, start + PAGE_SIZE)
-                self._call(
-                    "writing records",
-                    lambda c, batch=batch: c.upsert(  # type: ignore[misc]
-                        ids=ids[batch],
-                        embeddings=embeddings[batch],
-                        documents=documents[batch],
-                        metadatas=metadatas[batch],
-                    ),
-                )
+                with self._undone_on_failure(ids[batch]):
+                    self._call(
+                        "writing records",
+                        lambda c, batch=batch: c.upsert(  # type: ignore[misc]
+                            ids=ids[batch],
+                            embeddings=embeddings[batch],
+                            documents=documents[batch],
+                            metadatas=metadatas[batch],
+                        ),
+                    )
             if updates:  # only once the records are in: a failed add changes no metadata
                 self._write_meta(updates)
 
@@ -354,13 +362,41 @@ class ChromaStoreBase(BaseStore):
         """
         deleted = 0
         for chunk in _chunks(ids, PAGE_SIZE):
-            result = self._call(
-                "deleting records",
-                lambda c, chunk=chunk: c.delete(ids=list(chunk), where=where),  # type: ignore[misc]
-            )
+            with self._undone_on_failure(list(chunk)):
+                result = self._call(
+                    "deleting records",
+                    lambda c, chunk=chunk: c.delete(ids=list(chunk), where=where),  # type: ignore[misc]
+                )
             count = result.get("deleted") if self._connection.counts_deletes and result else None
             deleted += count if isinstance(count, int) else len(chunk)
         return deleted
+
+    @contextmanager
+    def _undone_on_failure(self, ids: list[str]) -> Iterator[None]:
+        """Embedded: if the block's write raises, take its entries out of Chroma's log (hold the
+        write lock).
+
+        Chroma logs a write before applying it; on a full disk applying fails, the call raises,
+        and the logged entries were applied at the next open anyway (a batch that raised, stored)
+        and blocked every later write meanwhile. The client is restarted without them (and the
+        vector indexes rebuilt from the log), so a write that raised changed nothing.
+        """
+        try:
+            yield
+        except StoreError:
+            path = self._connection.persist_path
+            if path is None:
+                raise
+            collection_id = str(self._collection.id)
+
+            def drop() -> None:
+                recovery.drop_unapplied(path, collection_id, ids)
+                if (path / recovery.LOG_COMPLETE).exists():
+                    recovery.reset_vector_indexes(path)
+
+            with self._connection.exclusive():
+                self._connection.restart(drop)
+            raise
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         wanted = [str(record_id) for record_id in dict.fromkeys(ids)]
