@@ -91,3 +91,33 @@ def _zero_from(file: Path, offset: int) -> None:
         handle.write(bytes(size - offset))
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def scrub_server_folder(path: Path) -> None:
+    """Erase what a stopped Chroma server's persist directory keeps of deleted records.
+
+    For ``chroma+http://`` after :meth:`~memcore_chroma.ChromaHttpStore.rebuild_exclusively`:
+    the server leaves the dropped collection's index folder behind and writes its new index
+    files' spare capacity from its own freed memory (deleted ids were found in ``length.bin``),
+    out of the client's reach. Run it on the server's ``--path`` while the server is stopped
+    (``python -m memcore_chroma.erasure /var/lib/chroma``), then start the server again: it
+    removes unreferenced index folders, compacts the SQLite file (what ``chroma vacuum`` does)
+    and zeroes every index file's bytes past its last element.
+
+    :raises StoreError: if the folder is not a Chroma persist directory or a file cannot be changed.
+    """
+    if not (path / SQLITE_FILE).is_file():
+        raise StoreError(f"{path} is not a Chroma persist directory (no {SQLITE_FILE})")
+    compact_persist_directory(path)
+    scrub_vector_indexes(path)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m memcore_chroma.erasure CHROMA_SERVER_PATH  (with the server stopped)")
+    try:
+        scrub_server_folder(Path(sys.argv[1]))
+    except StoreError as exc:
+        sys.exit(str(exc))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,10 +16,11 @@ import numpy as np
 import pytest
 from chroma_server import ChromaServer
 from conftest import drop_collection
-from memcore_chroma import ChromaHttpStore, ChromaStore, connection, urls
+from memcore_chroma import ChromaHttpStore, ChromaStore, connection, erasure, urls
 from memcore_chroma.encoding import SCOPE_KEY
 from memcore_chroma.opening import META_SCOPE_KEYS
 from memcore_chroma.store import ChromaStoreBase
+from test_erasure import _spare_bytes
 
 import memcore
 from memcore.errors import InvalidInputError, InvalidRecordError, StoreError
@@ -266,3 +268,38 @@ def test_on_a_full_disk_a_batch_that_raised_is_not_stored_and_delete_returns(sma
         assert reopened.count(scope) == len(acknowledged) - 1
         assert reopened.search(scope, vector=random_vectors(1, seed=1)[0], limit=1)
         reopened.add([make_record(scope, "room again")], random_vectors(1))
+
+
+# -- erasure on a server ---------------------------------------------------------------------------
+
+
+def test_a_server_folder_scrubbed_after_a_rebuild_keeps_nothing_of_deleted_records(tmp_path: Path) -> None:
+    victim = Scope(tenant="t", user_id="victim-0123456789@example.com")
+    keeper = Scope(tenant="t", user_id="keeper")
+    secrets = [make_record(victim, f"secret-{uuid4().hex}") for _ in range(1_200)]
+    kept = [make_record(keeper, f"kept {i}") for i in range(1_200)]
+    data = tmp_path / "data"
+    with ChromaServer(data) as server:
+        address = urls.ServerAddress("127.0.0.1", server.port, ssl=False)
+        with ChromaHttpStore(address, collection="erase") as store:
+            store.add(secrets + kept, random_vectors(2_400, seed=6))
+            assert store.delete_where(victim, {}) == 1_200
+            store.rebuild_exclusively()
+        server.stop()
+        scrubbed = subprocess.run(
+            [sys.executable, "-m", "memcore_chroma.erasure", str(data)], capture_output=True, text=True
+        )
+        assert scrubbed.returncode == 0, scrubbed.stderr
+        needles = [b"victim-0123456789", *(r.message.content.encode() for r in secrets[:50])]
+        holding = [f for f in data.rglob("*") if f.is_file() and any(n in f.read_bytes() for n in needles)]
+        assert holding == []
+        assert _spare_bytes(data) and not any(_spare_bytes(data))
+        server.start()
+        with ChromaHttpStore(address, collection="erase") as store:
+            assert store.count(keeper) == 1_200 and store.count(victim) == 0
+            assert store.search(keeper, vector=random_vectors(1)[0], limit=1)
+
+
+def test_scrubbing_refuses_a_folder_that_is_not_chromas(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="not a Chroma persist directory"):
+        erasure.scrub_server_folder(tmp_path)
