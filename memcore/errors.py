@@ -114,6 +114,15 @@ class StoreForkedError(StoreError):
     """
 
 
+class StoreFullError(StoreError):
+    """The store's filesystem is too full for a write to be safe; the write was refused.
+
+    Nothing of a refused write is stored, and reads still work. Free space on the store's
+    filesystem and retry. (Qdrant Edge memory-maps its files, and a write into them on a full
+    filesystem would kill the process with ``SIGBUS``: the plugin refuses before.)
+    """
+
+
 class StoreCorruptedError(StoreError):
     """The store's files are damaged beyond what it can skip or recover."""
 

@@ -14,7 +14,7 @@ filesystem has room for
 * plus :data:`MARGIN_BYTES` for what the engine allocates on its own (a new WAL segment, grown
   segment files).
 
-The refusal is :class:`~memcore_qdrant.errors.StoreFullError`; nothing of the refused write is
+The refusal is :class:`~memcore.errors.StoreFullError`; nothing of the refused write is
 stored, and reads go on. Measuring the holes walks the store's files (about 2 ms for a shard's
 110 files), so it is done at the first write, every :data:`REMEASURE_EVERY` writes, and whenever
 free space comes within twice the requirement; otherwise a write costs one ``statvfs``.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from memcore_qdrant.errors import StoreFullError
+from memcore.errors import StoreFullError
 
 MARGIN_BYTES = 64 * 2**20
 """Room kept free beyond the holes and the write itself: two of Qdrant Edge's 32 MiB WAL segments."""

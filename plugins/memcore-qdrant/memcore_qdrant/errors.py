@@ -34,16 +34,6 @@ class IncompatibleServerError(StoreError):
     """
 
 
-class StoreFullError(StoreError):
-    """The embedded store's filesystem is too full for a write to be safe; the write was refused.
-
-    Qdrant Edge memory-maps its files, and a write into them on a full filesystem kills the
-    process with ``SIGBUS``; so the plugin refuses a write unless the room it could need is free
-    (:mod:`memcore_qdrant.disk`). Nothing of a refused write is stored; reads still work. Free
-    space on the store's filesystem and retry. (A candidate for :mod:`memcore.errors`.)
-    """
-
-
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
 
 
