@@ -159,6 +159,11 @@ def _verify(
     if verifier.returncode != 0:
         figures["failed_reopens"] += 1
         figures[f"reopen_exit_{verifier.returncode}"] += 1
+        # The figures say that a reopen failed; the verifier's last words say why.
+        print(
+            f"reopen of {location} failed:\n{verifier.stderr.decode(errors='replace')[-2000:]}",
+            file=sys.stderr,
+        )
         return
     state: dict[str, Any] = json.loads(verifier.stdout)
     stored = state["ids"]
