@@ -29,6 +29,7 @@ from memcore.plugins import store_classes
 from memcore.testing.crash import crash_loop, second_process
 from memcore.testing.deployment import fork, limits, permissions
 from memcore.testing.reliability import Figures, bad_input, concurrency, erasure, isolation
+from memcore.testing.trust import adapter_trust, import_trust
 
 EMBEDDED = {
     "memory": "memory://",
@@ -57,6 +58,9 @@ HEALTHY = {
     "typed_errors",
     "child_reads",
     "child_refused",
+    "cases",
+    "langchain_checked",
+    "camel_checked",
 }
 HEALTHY_PREFIXES = ("second_open_locked", "second_open_opened", "second_open_refused", "second_open_shared")
 
@@ -87,6 +91,8 @@ def scenarios(scheme: str, scale: float) -> dict[str, Callable[[str], Figures]]:
         "fork": lambda url: _forks(url, rounds=n(50)),
         "permissions": permissions,
         "limits": limits,
+        "adapter trust": adapter_trust,
+        "import trust": import_trust,
     }
     if scheme in SERVERS:
         chosen["crashes"] = lambda url: crash_loop(url, kills=n(100), report=_progress(url))
