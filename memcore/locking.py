@@ -1,5 +1,5 @@
 """One open store per path: an exclusive file lock that a killed process leaves behind harmlessly;
-and making a folder's entries durable.
+making a folder's entries durable; and keeping a store's folder private to its owner.
 
 Embedded engines (the jsonl store, Qdrant Edge, embedded Chroma) are not safe
 with two writers on one folder. :func:`lock_path` takes a non-blocking
@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 from memcore.errors import StoreLockedError
@@ -53,3 +54,36 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def make_private(root: Path) -> None:
+    """Take every group and other permission off ``root`` and everything under it.
+
+    Embedded engines create their files with the process's umask (0644, 0755 usually), also in
+    a folder that existed beforehand with loose modes. Stores call this at open (``root`` 0700
+    from then on keeps other users out of what the engine creates later) and again when they
+    close, so that no file keeps a loose mode. Symbolic links are left alone (Linux cannot chmod
+    a link, and following one could reach outside the store); entries removed meanwhile are
+    skipped.
+
+    :raises OSError: if a mode cannot be changed (an entry of another user).
+    """
+    _tighten(root, PRIVATE_DIR_MODE)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            _tighten(Path(folder, name), PRIVATE_DIR_MODE)
+        for name in files:
+            _tighten(Path(folder, name), PRIVATE_FILE_MODE)
+
+
+def _tighten(path: Path, mode: int) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)

@@ -20,7 +20,6 @@ so that Chroma reloads the indexes it had loaded with the old value.
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -32,45 +31,26 @@ from chromadb.api import ClientAPI
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
+from memcore import locking
 from memcore.errors import StoreError
 from memcore.locking import lock_path
 from memcore_chroma import erasure, recovery
 from memcore_chroma.errors import translated
 
 LOCK_FILE = "memcore.lock"
-DIR_MODE = 0o700
-FILE_MODE = 0o600
 
 
 def make_private(root: Path) -> None:
-    """Take every group and other permission off ``root`` and everything under it.
-
-    ``root`` is made 0700 when the first store of the process opens it, which alone keeps other
-    users out of whatever Chroma creates under it later (its SQLite file, index folders and files
-    are 0644 / 0755 under a usual umask); everything under it is tightened at open, after a
-    ``purge()`` (which makes new index files) and at close, so that nothing keeps a loose mode
-    once the store is closed. Symbolic links are left alone.
+    """:func:`memcore.locking.make_private` on the store's folder: at open (``root`` 0700 keeps
+    other users out of what Chroma creates under it later: its SQLite file, index folders and
+    files), after a ``purge()`` (which makes new index files) and at close.
 
     :raises StoreError: if a mode cannot be changed (a folder of another user).
     """
     try:
-        _tighten(root, DIR_MODE)
-        for folder, dirs, files in os.walk(root):
-            for name in dirs:
-                _tighten(Path(folder, name), DIR_MODE)
-            for name in files:
-                _tighten(Path(folder, name), FILE_MODE)
+        locking.make_private(root)
     except OSError as exc:
         raise StoreError(f"cannot make the Chroma store at {root} private to its owner: {exc}") from None
-
-
-def _tighten(path: Path, mode: int) -> None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return  # removed meanwhile
-    if not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
 
 
 def client_settings() -> Settings:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,38 +31,10 @@ from pathlib import Path
 from types import TracebackType
 
 from memcore.errors import InvalidInputError, StoreError, StoreLockedError
-from memcore.locking import lock_path
+from memcore.locking import PRIVATE_DIR_MODE, lock_path, make_private
 from memcore_qdrant.engine import Engine
 
 LOCK_FILE = ".lock"
-DIR_MODE = 0o700
-FILE_MODE = 0o600
-
-
-def make_private(root: Path) -> None:
-    """Take every group and other permission off ``root`` and everything under it.
-
-    ``root`` itself is 0700 from the moment the store opens it, which alone keeps other users
-    out of what Qdrant Edge creates later (WAL and segment files, 0644 under a usual umask);
-    the files themselves are tightened here at open and again at close, so that none keeps a
-    loose mode once the store is closed. Symbolic links are left alone (Linux cannot chmod a
-    link, and following one could reach outside the store).
-    """
-    _tighten(root, DIR_MODE)
-    for folder, dirs, files in os.walk(root):
-        for name in dirs:
-            _tighten(Path(folder, name), DIR_MODE)
-        for name in files:
-            _tighten(Path(folder, name), FILE_MODE)
-
-
-def _tighten(path: Path, mode: int) -> None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return  # removed meanwhile (a purge's old shard)
-    if not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
 
 
 class ProcessLock:
@@ -152,7 +123,7 @@ def acquire(path: Path, kind: str, open_engine: Callable[[Path], Engine]) -> Ope
 def _open_path(key: Path, kind: str, open_engine: Callable[[Path], Engine]) -> OpenPath:
     """Lock the folder and open its engine; called with the registry's lock held."""
     try:
-        key.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        key.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         fd = lock_path(
             key / LOCK_FILE,
             what=f"the Qdrant store at {key}",
