@@ -114,7 +114,9 @@ def run_locomo(path: Path, embedder: Embedder, progress: Progress) -> dict[str, 
             for mode in MODES
         }
         records = _records(sample)
-        memories["dense"].write_records(records)
+        # Each session's turns lie below the user's memory: written through its recall block, whose
+        # scope (the whole user, with this policy) they lie in.
+        memories["dense"].recall.write_records(records)
         known = {str(record.metadata["dia_id"]) for record in records}
         for qa in sample["qa"]:
             evidence = evidence_ids(qa.get("evidence", []), known, counts)
