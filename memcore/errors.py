@@ -40,11 +40,12 @@ class InvalidIdError(InvalidInputError):
     """A record id is not a well-formed UUID."""
 
 
-class IdConflictError(InvalidInputError):
-    """A write reuses the id of a record that belongs to another scope.
+class AmbiguousIdError(InvalidInputError):
+    """An id names records in several exact scopes within the scope asked, where only one may answer.
 
-    Record ids are global, so an upsert may never move or overwrite a record
-    that the writer's scope cannot read.
+    A record is its exact scope plus its id, so two scopes may each have a record
+    with the same id; :meth:`memcore.store.Store.vectors` refuses to pick one.
+    Ask each record's exact scope instead.
     """
 
 

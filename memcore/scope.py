@@ -22,6 +22,7 @@ import hashlib
 import json
 import re
 from typing import ClassVar
+from uuid import UUID, uuid5
 
 import pydantic
 
@@ -168,3 +169,18 @@ class _Everything(Scope):
 
 
 _EVERYTHING = _Everything.model_construct(tenant=None, user_id=None, agent_id=None, session_id=None)
+
+
+def scope_order(scope: Scope) -> tuple[tuple[bool, str], ...]:
+    """A sort key for scopes: field by field in :data:`SCOPE_FIELDS` order, unset first."""
+    return tuple((value is not None, value or "") for value in scope.as_tuple())
+
+
+def storage_id(scope: Scope, record_id: UUID) -> UUID:
+    """One UUID naming a record's identity, its exact scope plus its id.
+
+    For backends whose primary key is a single id: the key of a record, so that the
+    same id in two scopes names two rows, and no scope can reach another's row by
+    guessing its id. Deterministic (a UUID5 under the scope's :meth:`Scope.digest`).
+    """
+    return uuid5(UUID(scope.digest()), str(record_id))

@@ -1,7 +1,9 @@
 """The storage contract every backend implements, and a base class that enforces it.
 
 A store keeps :class:`~memcore.records.MemoryRecord` objects, optionally with a
-vector each, and answers reads that are always scoped. :class:`Store` is the
+vector each, and answers reads that are always scoped. A record is its exact
+scope plus its id: two scopes may hold records with the same id, and neither
+can tell, overwrite or block the other's (a wide scope's ``get`` sees both). :class:`Store` is the
 protocol callers program against; :class:`BaseStore` is the class backends
 subclass: it validates every argument the same way for all backends (see
 :mod:`memcore.validation`), refuses calls after :meth:`~BaseStore.close`, and
@@ -23,6 +25,7 @@ from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
 from uuid import UUID
 
 from memcore.errors import (
+    AmbiguousIdError,
     EmbedderMismatchError,
     InvalidInputError,
     StoreClosedError,
@@ -32,7 +35,7 @@ from memcore.errors import (
 from memcore.filters import Filter, FilterSpec, parse_filter
 from memcore.keywords import bm25_scores
 from memcore.records import MemoryRecord, ScoredRecord, in_utc
-from memcore.scope import Scope
+from memcore.scope import Scope, scope_order
 from memcore.validation import (
     DEFAULT_LIMIT,
     Matrix,
@@ -88,7 +91,8 @@ class Store(Protocol):
     """What memories and tools need from a storage backend.
 
     Every read and delete takes a :class:`~memcore.scope.Scope` and returns or
-    touches only records within it. Record ids are global UUIDs; ``add`` upserts.
+    touches only records within it. A record is its exact scope plus its UUID id;
+    ``add`` upserts the record of the same scope and id.
     """
 
     name: ClassVar[str]
@@ -100,15 +104,17 @@ class Store(Protocol):
         ...
 
     def add(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
-        """Insert or replace records (by id), each with its vector if ``vectors`` is given."""
+        """Insert or replace records (by exact scope and id), each with its vector if ``vectors`` is given."""
         ...
 
     def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
-        """The records with these ids that ``scope`` can see, in the order asked."""
+        """The records with these ids that ``scope`` can see, in the order asked (an id held
+        by several exact scopes within ``scope`` gives each of those records)."""
         ...
 
     def vectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
-        """The unit vectors of the records with these ids that ``scope`` can see and that have one."""
+        """The unit vectors of the records with these ids that ``scope`` can see and that have one;
+        :class:`~memcore.errors.AmbiguousIdError` if an id names records of several exact scopes."""
         ...
 
     def list(
@@ -244,14 +250,16 @@ class BaseStore(ABC):
         """The vector dimension, fixed by the first vector written (``None`` before)."""
 
     def add(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
-        """Insert or replace records by id, each with its vector when ``vectors`` is given.
+        """Insert or replace records, each with its vector when ``vectors`` is given.
 
-        Replacing a record replaces its vector too (none if ``vectors`` is omitted).
+        A record is replaced by one with the same id *and the same scope*; the same id
+        in another scope is another record, so a writer learns nothing about, and
+        cannot block, the ids other scopes use. Replacing a record replaces its
+        vector too (none if ``vectors`` is omitted).
 
         :raises InvalidRecordError: for invalid or oversized records.
         :raises InvalidVectorError: for invalid vectors (NaN, infinity, zero, empty).
         :raises DimensionMismatchError: if a vector does not match :attr:`dimension`.
-        :raises IdConflictError: if an id belongs to a record of another scope.
         """
         self._check_open()
         batch = check_records(records)
@@ -264,21 +272,38 @@ class BaseStore(ABC):
     def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
         """The records with these ids that ``scope`` can see, in the order asked.
 
-        Ids that do not exist, or belong to another scope, are simply absent.
+        Ids that do not exist, or belong to another scope, are simply absent. An id
+        that names records in several exact scopes within ``scope`` gives each of
+        them, ordered by scope (tenant, user, agent, session; unset first).
         """
         self._check_open()
         wanted = list(dict.fromkeys(check_ids(ids)))
-        found = {record.id: record for record in self._get(check_scope(scope), wanted)} if wanted else {}
-        return [found[record_id] for record_id in wanted if record_id in found]
+        if not wanted:
+            return []
+        found: dict[UUID, builtins.list[MemoryRecord]] = {}
+        for record in sorted(self._get(check_scope(scope), wanted), key=lambda r: scope_order(r.scope)):
+            found.setdefault(record.id, []).append(record)
+        return [record for record_id in wanted for record in found.get(record_id, ())]
 
     def vectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
         """The vectors of the records with these ids that ``scope`` can see, as the store keeps
         them: unit length, float32, one row each. Records without a vector, in another scope
         or absent are left out. For export and migration, and for re-ranking by vector.
+
+        :raises AmbiguousIdError: if an id names records in several exact scopes within
+            ``scope``; ask each record's ``scope.exact()``.
         """
         self._check_open()
         wanted = list(dict.fromkeys(check_ids(ids)))
-        return self._vectors(check_scope(scope), wanted) if wanted else {}
+        found: dict[UUID, Matrix] = {}
+        for record_id, vector in self._vectors(check_scope(scope), wanted) if wanted else ():
+            if record_id in found:
+                raise AmbiguousIdError(
+                    f"id {record_id} names records in several scopes within {scope}; "
+                    "read each record's vector through its exact scope"
+                )
+            found[record_id] = vector
+        return found
 
     def list(
         self,
@@ -369,7 +394,8 @@ class BaseStore(ABC):
         Idempotent: ids that do not exist or that belong to another scope are
         left alone. Deleted records vanish from every read path at once.
 
-        :returns: how many of the ids existed within ``scope`` and were deleted.
+        :returns: how many records were deleted (an id held by several exact scopes
+            within ``scope`` deletes each of them).
         """
         self._check_open()
         wanted = list(dict.fromkeys(check_ids(ids)))
@@ -500,7 +526,9 @@ class BaseStore(ABC):
     @abstractmethod
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]: ...
 
-    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]:
+    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
+        """Each vector-bearing record of ``ids`` within ``scope``, as ``(id, unit vector)``;
+        an id in several exact scopes appears once per record."""
         # Not abstract: plugins written before vectors() existed keep working for everything else.
         raise UnsupportedOperationError(f"the {self.name} store cannot read vectors back (no _vectors hook)")
 

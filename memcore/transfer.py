@@ -29,12 +29,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
+from uuid import UUID
 
 import numpy as np
 
 from memcore.blocks import embedding_text
 from memcore.embedders.base import Embedder
 from memcore.errors import (
+    AmbiguousIdError,
     DimensionMismatchError,
     EmbedderMismatchError,
     IncompleteImportError,
@@ -107,9 +109,31 @@ def entries(store: Store, scope: Scope, batch: int = BATCH) -> Iterator[Entry]:
 def _with_vectors(store: Store, scope: Scope, records: list[MemoryRecord]) -> Iterator[Entry]:
     for start in range(0, len(records), BATCH):
         chunk = records[start : start + BATCH]
-        vectors = store.vectors(scope, [r.id for r in chunk])
+        vectors = vectors_of(store, scope, chunk)
         for record in chunk:
-            yield record, vectors.get(record.id)
+            yield record, vectors.get((record.scope.as_tuple(), record.id))
+
+
+RecordKey = tuple[tuple[str | None, ...], UUID]
+"""A record's identity as a dict key: its scope's fields and its id."""
+
+
+def vectors_of(store: Store, scope: Scope, records: Sequence[MemoryRecord]) -> dict[RecordKey, Matrix]:
+    """The stored vectors of ``records`` (all within ``scope``), by scope and id.
+
+    One read for the whole batch; only when an id is held by several of the
+    batch's scopes (:class:`~memcore.errors.AmbiguousIdError`) is each scope read
+    on its own.
+    """
+    try:
+        by_id = store.vectors(scope, [r.id for r in records])
+    except AmbiguousIdError:
+        found: dict[RecordKey, Matrix] = {}
+        for exact in {r.scope.as_tuple(): r.scope.exact() for r in records}.values():
+            wanted = [r.id for r in records if r.scope.as_tuple() == exact.as_tuple()]
+            found.update(((exact.as_tuple(), i), v) for i, v in store.vectors(exact, wanted).items())
+        return found
+    return {(r.scope.as_tuple(), r.id): by_id[r.id] for r in records if r.id in by_id}
 
 
 def export(store: Store, scope: Scope, out: IO[str], progress: Progress = _no_progress) -> int:
@@ -285,15 +309,17 @@ def migrate(
     )
     checked = 0
     for page in _pages(entries(source, scope), BATCH):
-        ids = [record.id for record, _ in page]
-        copies = {record.id: record for record in destination.get(Scope.everything(), ids)}
-        vectors = destination.vectors(Scope.everything(), ids)
+        records = [record for record, _ in page]
+        copied = destination.get(Scope.everything(), [record.id for record in records])
+        copies = {(copy.scope.as_tuple(), copy.id): copy for copy in copied}
+        vectors = vectors_of(destination, Scope.everything(), records)
         for record, vector in page:
-            if copies.get(record.id) != record:
+            key = (record.scope.as_tuple(), record.id)
+            if copies.get(key) != record:
                 raise StoreError(
                     f"record {record.id} is missing or differs in the destination after the copy"
                 )
-            if not outcome.embedded_again and not _same_vector(vector, vectors.get(record.id)):
+            if not outcome.embedded_again and not _same_vector(vector, vectors.get(key)):
                 raise StoreError(
                     f"the vector of record {record.id} differs in the destination after the copy"
                 )

@@ -89,8 +89,8 @@ def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     cannot store what the record model forbids; the copies also keep the store
     independent of the caller's objects.
 
-    :raises InvalidRecordError: for a non-record, an invalid record, a repeated
-        id within the batch, or text that is not valid Unicode.
+    :raises InvalidRecordError: for a non-record, an invalid record, an id
+        repeated within the batch for one scope, or text that is not valid Unicode.
     :raises RecordTooLargeError: for a record over :data:`MAX_RECORD_BYTES`, or a batch of more
         than :data:`MAX_BATCH_RECORDS` records or :data:`MAX_BATCH_BYTES` bytes.
     :raises ScopeError: for a record whose scope is empty or invalid.
@@ -102,7 +102,7 @@ def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
             f"add() writes at most {MAX_BATCH_RECORDS} records at once, got {len(records)}; split the batch"
         )
     checked: list[MemoryRecord] = []
-    seen: set[UUID] = set()
+    seen: set[tuple[tuple[str | None, ...], UUID]] = set()
     total = 0
     for record in records:
         if not isinstance(record, MemoryRecord):
@@ -121,9 +121,10 @@ def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
                 f"add() writes at most {MAX_BATCH_BYTES} bytes of records at once; split the batch"
             )
         copy = MemoryRecord.model_validate_json(serialised)
-        if copy.id in seen:
-            raise InvalidRecordError(f"record id {copy.id} appears twice in one batch")
-        seen.add(copy.id)
+        key = (copy.scope.as_tuple(), copy.id)
+        if key in seen:
+            raise InvalidRecordError(f"record id {copy.id} appears twice in one batch for one scope")
+        seen.add(key)
         checked.append(copy)
     return checked
 

@@ -92,6 +92,36 @@ def test_export_then_import_round_trips_records_and_vectors_bit_for_bit(tmp_path
         assert all(np.array_equal(a, b) for a, b in zip(copied, original, strict=True))
 
 
+def test_export_import_and_migrate_keep_records_of_one_id_in_two_scopes_apart(tmp_path: Path) -> None:
+    """A record is its scope plus its id: alice's and bob's records with one id stay two, each with
+    its own vector, through export, import and migrate (and its read-back check)."""
+    with open_store("memory://") as source, open_store(f"jsonl://{tmp_path}") as destination:
+        source.bind_vector_space(VectorSpace("hash", 8))
+        mine = make_record(ALICE, "alice's", minute=1)
+        theirs = mine.model_copy(
+            update={"scope": BOB, "message": mine.message.model_copy(update={"content": "bob's"})}
+        )
+        vectors = random_vectors(2, dim=8, seed=5)
+        source.add([mine, theirs], vectors)
+
+        def by_key(store: Store) -> dict[tuple[object, ...], tuple[str, list[float] | None]]:
+            return {
+                (*r.scope.as_tuple(), r.id): (r.message.content, None if v is None else v.round(6).tolist())
+                for r, v in entries(store, Scope.everything())
+            }
+
+        out = io.StringIO()
+        assert export(source, Scope.everything(), out) == 2
+        space, found = read_export(io.StringIO(out.getvalue()))
+        with open_store("memory://") as imported:
+            assert import_entries(imported, space, found).records == 2
+            assert by_key(imported) == by_key(source)
+        assert migrate(source, destination, Scope.everything()).records == 2
+        assert by_key(destination) == by_key(source)
+        assert len(by_key(source)) == 2
+        assert destination.get(BOB.exact(), [mine.id]) == [theirs]
+
+
 def test_export_and_import_filter_by_scope() -> None:
     with open_store("memory://") as source, open_store("memory://") as destination:
         _fill(source)

@@ -18,10 +18,10 @@ store never see or delete each other's documents.
 
 Documents are records of kind ``document`` (:data:`DOCUMENT_KIND`); other records
 of the scope (an agent's turns) are never returned or deleted. LangChain ids are
-strings of any shape (``"1"``); a record id is a UUID, global across scopes (and
-Qdrant takes nothing else). A new document gets a random UUID, so that another
-scope can neither guess it (to learn whether a document id exists, from an
-``IdConflictError``) nor claim it first; the document id is kept in the record
+strings of any shape (``"1"``); a record id is a UUID (Qdrant takes nothing else).
+A new document gets a random UUID, so that another scope cannot compute the record
+of a document id (and a record is its scope plus its id, so no scope can use or
+block another's ids anyway); the document id is kept in the record
 (metadata ``lc_id``) and looked up within the exact scope, so adding an id again
 replaces that document. (Two writers adding the same new id at the same moment
 may leave two records; the next add of that id keeps one.) Metadata entries memcore can store as is (see

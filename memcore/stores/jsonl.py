@@ -51,7 +51,7 @@ from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.stores import jsonl_log
-from memcore.stores.scoped_index import ScopedIndex
+from memcore.stores.scoped_index import RecordKey, ScopedIndex
 from memcore.validation import Matrix, check_dimension
 
 FORMAT = "memcore-jsonl"
@@ -200,7 +200,8 @@ class JsonlStore(BaseStore):
                 raise
 
     def _replay(self) -> None:
-        latest: dict[UUID, tuple[jsonl_log.Operation, _ScopeLog]] = {}
+        # The last operation on each record, a record being its scope's log plus its id.
+        latest: dict[tuple[str, UUID], tuple[jsonl_log.Operation, _ScopeLog]] = {}
         scopes_dir = self.path / "scopes"
         jsonl_log.remove_unfinished_dirs(scopes_dir)
         for folder in jsonl_log.iter_scope_dirs(scopes_dir):
@@ -212,9 +213,10 @@ class JsonlStore(BaseStore):
                 log.skipped_lines = log.dead_lines = result.skipped_lines
                 for operation in result.operations:
                     self._next_seq = max(self._next_seq, operation.seq + 1)
-                    previous = latest.get(operation.record_id)
+                    key = (folder.name, operation.record_id)
+                    previous = latest.get(key)
                     if previous is None or previous[0].seq < operation.seq:
-                        latest[operation.record_id] = (operation, log)
+                        latest[key] = (operation, log)
                         if previous is not None:
                             previous[1].dead_lines += 1
                     else:
@@ -247,11 +249,15 @@ class JsonlStore(BaseStore):
                 log.dead_lines += 1
                 continue
             try:
-                records.append(MemoryRecord.model_validate(operation.record))
+                record = MemoryRecord.model_validate(operation.record)
             except MemcoreError:
+                record = None
+            if record is None or record.scope.as_tuple() != log.scope.as_tuple():
+                # Unreadable, or a line that is not of its folder's scope (never written so).
                 log.skipped_lines += 1
                 log.dead_lines += 1
                 continue
+            records.append(record)
             vectors.append(operation.vector)
         dimension = self._index.dimension or next((len(v) for v in vectors if v is not None), None)
         if dimension is None:
@@ -317,7 +323,7 @@ class JsonlStore(BaseStore):
     def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
         with self._lock:
             self._check_open()
-            self._index.check_upsert(records, vectors)
+            self._index.check_upsert(vectors)
             if vectors is not None and self._index.dimension is None:
                 try:
                     self._write_root_meta(vectors.shape[1])
@@ -343,27 +349,25 @@ class JsonlStore(BaseStore):
                     for i, row in enumerate(rows)
                 ]
                 self._append(scope, lines, written)
-                replaced = sum(1 for row in rows if self._index.scope_of(records[row].id) is not None)
+                replaced = sum(1 for row in rows if self._index.contains(records[row]))
                 self._index.upsert([records[row] for row in rows], vector_rows)
                 self._logs[scope.as_tuple()].dead_lines += replaced
                 written.append(scope)
             for scope in written:
                 self._maybe_compact(scope)
 
-    def _remove(self, ids: Iterable[UUID]) -> int:
+    def _remove(self, keys: Iterable[RecordKey]) -> int:
         by_scope: dict[tuple[str | None, ...], list[UUID]] = {}
         scopes: dict[tuple[str | None, ...], Scope] = {}
-        for record_id in ids:
-            scope = self._index.scope_of(record_id)
-            if scope is not None:
-                by_scope.setdefault(scope.as_tuple(), []).append(record_id)
-                scopes[scope.as_tuple()] = scope
+        for scope, record_id in keys:
+            by_scope.setdefault(scope.as_tuple(), []).append(record_id)
+            scopes[scope.as_tuple()] = scope
         written: list[Scope] = []
         for key, record_ids in by_scope.items():
             batch = uuid.uuid4().hex
             lines = [jsonl_log.encode_delete(self._take_seq(), batch, len(record_ids), i) for i in record_ids]
             self._append(scopes[key], lines, written)
-            self._index.remove(record_ids)
+            self._index.remove([(scopes[key], record_id) for record_id in record_ids])
             self._logs[key].dead_lines += 2 * len(record_ids)
             written.append(scopes[key])
         for scope in written:
@@ -373,12 +377,12 @@ class JsonlStore(BaseStore):
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         with self._lock:
             self._check_open()
-            return self._remove(self._index.visible_ids(scope, ids))
+            return self._remove(self._index.visible_keys(scope, ids))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:
             self._check_open()
-            return self._remove(self._index.matching_ids(scope, node))
+            return self._remove(self._index.matching_keys(scope, node))
 
     # -- compaction --------------------------------------------------------------
 
@@ -437,7 +441,7 @@ class JsonlStore(BaseStore):
             self._check_open()
             return self._index.get(scope, ids)
 
-    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
         with self._lock:
             self._check_open()
             return self._index.vectors(scope, ids)

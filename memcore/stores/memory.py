@@ -48,14 +48,14 @@ class MemoryStore(BaseStore):
 
     def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
         with self._lock:
-            self._index.check_upsert(records, vectors)
+            self._index.check_upsert(vectors)
             self._index.upsert(records, vectors)
 
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         with self._lock:
             return self._index.get(scope, ids)
 
-    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
         with self._lock:
             return self._index.vectors(scope, ids)
 
@@ -90,13 +90,13 @@ class MemoryStore(BaseStore):
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         with self._lock:
-            visible = self._index.visible_ids(scope, ids)
+            visible = self._index.visible_keys(scope, ids)
             self._index.remove(visible)
             return len(visible)
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:
-            matching = self._index.matching_ids(scope, node)
+            matching = self._index.matching_keys(scope, node)
             self._index.remove(matching)
             return len(matching)
 

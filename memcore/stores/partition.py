@@ -33,6 +33,14 @@ _NO_SESSION = -1
 _CODES_LOCK = threading.Lock()
 _COLUMN_FIELDS = ("role", "kind")
 
+RowKey = tuple[str | None, UUID]
+"""A record's key within its owner's partition: its session and its id (a record is its scope plus its id)."""
+
+
+def row_key(record: MemoryRecord) -> RowKey:
+    """The key of ``record`` in its partition."""
+    return (record.scope.session_id, record.id)
+
 
 def _code(codes: dict[str, int], value: str) -> int:
     """The code of ``value``, new ones numbered in order. Process-wide and append-only, so codes
@@ -59,7 +67,7 @@ class Partition:
 
     dimension: int
     records: list[MemoryRecord] = field(default_factory=list)
-    positions: dict[UUID, int] = field(default_factory=dict)
+    positions: dict[RowKey, int] = field(default_factory=dict)
     vectors: Matrix = field(init=False)
     has_vector: npt.NDArray[np.bool_] = field(init=False)
     timestamps: npt.NDArray[np.int64] = field(init=False)
@@ -105,14 +113,15 @@ class Partition:
     def put(self, record: MemoryRecord, vector: Matrix | None) -> None:
         """Insert or replace a record (and its unit vector)."""
         stamp, key = epoch_micros(record.created_at), record.id.int >> 64
-        row = self.positions.get(record.id)
+        key_in_partition = row_key(record)
+        row = self.positions.get(key_in_partition)
         if row is None:
             row = self.size
             if row and (stamp, key) < (int(self.timestamps[row - 1]), int(self.id_keys[row - 1])):
                 self.rows_in_time_order = False
             self._reserve(row + 1)
             self.records.append(record)
-            self.positions[record.id] = row
+            self.positions[key_in_partition] = row
         else:
             if self._postings is not None:
                 self._postings.discard(row, self.records[row].message.content)
@@ -129,9 +138,9 @@ class Partition:
         if self._postings is not None:
             self._postings.add(row, record.message.content)
 
-    def remove(self, record_id: UUID) -> None:
+    def remove(self, key: RowKey) -> None:
         """Swap-remove a row, keeping the arrays dense; the freed row is zeroed."""
-        row = self.positions.pop(record_id)
+        row = self.positions.pop(key)
         last = self.size - 1
         if self._postings is not None:
             self._postings.discard(row, self.records[row].message.content)
@@ -140,7 +149,7 @@ class Partition:
             if self._postings is not None:
                 self._postings.move(last, row, moved.message.content)
             self.records[row] = moved
-            self.positions[moved.id] = row
+            self.positions[row_key(moved)] = row
             for array in (
                 self.vectors,
                 self.has_vector,

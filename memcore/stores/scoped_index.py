@@ -6,7 +6,8 @@ contiguous float32 matrix and its sessions, roles and kinds in code columns, so
 a scoped search is a single matrix-vector product plus numpy masks, never a
 Python loop over records, whether it covers one session or all of an agent's.
 A query scope that leaves owner fields unset covers several partitions; they
-are found through a per-field value index.
+are found through a per-field value index. A record is its exact scope plus its
+id: the same id may name one record in each of several scopes.
 
 Not thread-safe by itself: stores wrap every call in their own lock.
 """
@@ -23,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
-from memcore.errors import DimensionMismatchError, IdConflictError
+from memcore.errors import DimensionMismatchError
 from memcore.filters import Filter, evaluate
 from memcore.keywords import idf, term_score, terms
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
@@ -34,6 +35,8 @@ from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
 OwnerKey = tuple[str | None, str | None, str | None]
+RecordKey = tuple[Scope, UUID]
+"""A record's identity: its scope and its id."""
 Selection = list[tuple[Partition, npt.NDArray[np.bool_] | None]]
 """Partitions visible through a scope, each with the mask of its rows in the scope (``None``: all)."""
 
@@ -61,26 +64,24 @@ class ScopedIndex:
     def __init__(self, dimension: int | None = None) -> None:
         self.dimension = dimension
         self._partitions: dict[OwnerKey, Partition] = {}
-        self._scope_of: dict[UUID, Scope] = {}
+        # Every scope holding a record of each id (almost always one), for reads by id.
+        self._scopes_of: dict[UUID, dict[ScopeKey, Scope]] = {}
+        self._size = 0
         self._by_field: list[dict[str, set[OwnerKey]]] = [{} for _ in SCOPE_FIELDS[:3]]
 
     def __len__(self) -> int:
-        return len(self._scope_of)
+        return self._size
 
-    def scope_of(self, record_id: UUID) -> Scope | None:
-        """The scope of a stored record, or ``None`` if there is no such record."""
-        return self._scope_of.get(record_id)
+    def contains(self, record: MemoryRecord) -> bool:
+        """Whether a record with the scope and id of ``record`` is stored."""
+        return record.scope.as_tuple() in self._scopes_of.get(record.id, {})
 
-    def check_upsert(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
-        """Refuse a batch that would move a record across scopes or change the dimension."""
+    def check_upsert(self, vectors: Matrix | None) -> None:
+        """Refuse a batch whose vectors would change the dimension."""
         if vectors is not None and self.dimension is not None and vectors.shape[1] != self.dimension:
             raise DimensionMismatchError(
                 f"vector dimension {vectors.shape[1]} does not match the store's dimension {self.dimension}"
             )
-        for record in records:
-            owner = self._scope_of.get(record.id)
-            if owner is not None and owner != record.scope:
-                raise IdConflictError(f"record id {record.id} is already used by a record of another scope")
 
     def upsert(
         self,
@@ -104,7 +105,10 @@ class ScopedIndex:
             if vectors is not None and (has_vector is None or has_vector[row]):
                 vector = vectors[row]
             partition.put(record, vector)
-            self._scope_of[record.id] = record.scope
+            scopes = self._scopes_of.setdefault(record.id, {})
+            if record.scope.as_tuple() not in scopes:
+                scopes[record.scope.as_tuple()] = record.scope
+                self._size += 1
 
     def _new_partition(self, key: OwnerKey) -> Partition:
         partition = Partition(self.dimension or 1)
@@ -151,25 +155,23 @@ class ScopedIndex:
                 selection.append((partition, mask))
         return selection
 
-    def get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
-        found = []
+    def _rows(self, scope: Scope, ids: list[UUID]) -> Iterator[tuple[Partition, int]]:
+        """The partition and row of every record of ``ids`` visible through ``scope``."""
         for record_id in ids:
-            record_scope = self._scope_of.get(record_id)
-            if record_scope is not None and scope.matches(record_scope):
-                partition = self._partitions[_owner_key(record_scope)]
-                found.append(partition.records[partition.positions[record_id]])
-        return found
+            for record_scope in self._scopes_of.get(record_id, {}).values():
+                if scope.matches(record_scope):
+                    partition = self._partitions[_owner_key(record_scope)]
+                    yield partition, partition.positions[(record_scope.session_id, record_id)]
 
-    def vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
-        found = {}
-        for record_id in ids:
-            record_scope = self._scope_of.get(record_id)
-            if record_scope is not None and scope.matches(record_scope):
-                partition = self._partitions[_owner_key(record_scope)]
-                row = partition.positions[record_id]
-                if partition.has_vector[row]:
-                    found[record_id] = partition.vectors[row].copy()
-        return found
+    def get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
+        return [partition.records[row] for partition, row in self._rows(scope, ids)]
+
+    def vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
+        return [
+            (partition.records[row].id, partition.vectors[row].copy())
+            for partition, row in self._rows(scope, ids)
+            if partition.has_vector[row]
+        ]
 
     @staticmethod
     def _row_masks(
@@ -365,23 +367,26 @@ class ScopedIndex:
             )
         return sum(1 for _ in self._matching(scope, node))
 
-    def matching_ids(self, scope: Scope, node: Filter | None) -> list[UUID]:
-        """Ids of the records visible through ``scope`` that match ``node``."""
-        return [record.id for record in self._matching(scope, node)]
+    def matching_keys(self, scope: Scope, node: Filter | None) -> list[RecordKey]:
+        """The scope and id of each record visible through ``scope`` that matches ``node``."""
+        return [(record.scope, record.id) for record in self._matching(scope, node)]
 
-    def visible_ids(self, scope: Scope, ids: list[UUID]) -> list[UUID]:
-        """The subset of ``ids`` that exist and are visible through ``scope``."""
-        return [r.id for r in self.get(scope, ids)]
+    def visible_keys(self, scope: Scope, ids: list[UUID]) -> list[RecordKey]:
+        """The scope and id of each record of ``ids`` visible through ``scope``."""
+        return [(record.scope, record.id) for record in self.get(scope, ids)]
 
-    def remove(self, ids: list[UUID]) -> None:
-        """Remove records by id (ids not present are ignored)."""
-        for record_id in ids:
-            scope = self._scope_of.pop(record_id, None)
-            if scope is None:
+    def remove(self, keys: list[RecordKey]) -> None:
+        """Remove records by scope and id (keys not present are ignored)."""
+        for scope, record_id in keys:
+            scopes = self._scopes_of.get(record_id, {})
+            if scopes.pop(scope.as_tuple(), None) is None:
                 continue
+            if not scopes:
+                del self._scopes_of[record_id]
+            self._size -= 1
             key = _owner_key(scope)
             partition = self._partitions[key]
-            partition.remove(record_id)
+            partition.remove((scope.session_id, record_id))
             if partition.size == 0:
                 self._drop_partition(key)
 

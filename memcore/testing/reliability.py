@@ -235,7 +235,8 @@ def _bad_call(store: Store, kind: str, value: Any, scope: Scope) -> None:
         store.search(scope, vector=good, limit=value)
     else:
         record = make_record(scope, "twice")
-        store.add([record, record.model_copy(update={"scope": Scope(tenant="elsewhere")})], [good, good])
+        again = record.model_copy(update={"message": Message(role="user", content="again")})
+        store.add([record, again], [good, good])
 
 
 class _AllowedError(Exception):

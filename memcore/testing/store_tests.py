@@ -17,7 +17,6 @@ import pytest
 from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
-    IdConflictError,
     InvalidInputError,
     InvalidRecordError,
     MemcoreError,
@@ -91,15 +90,43 @@ class AddTests(StoreFixtures):
             store.search(scope, vector=[1.0] * (DIM - 1))
         assert store.count(scope) == 1
 
-    def test_an_id_of_another_scope_cannot_be_overwritten(self, store: Store) -> None:
-        owner, intruder = new_scope(), new_scope()
-        original = make_record(owner, "private")
-        store.add([original], random_vectors(1))
-        hijack = original.model_copy(update={"scope": intruder})
-        with pytest.raises(IdConflictError):
-            store.add([hijack], random_vectors(1, seed=3))
+    def test_an_id_used_in_another_scope_is_another_record(self, store: Store) -> None:
+        """A record is (exact scope, id): another scope writing the same id neither learns that
+        the id exists (no error) nor overwrites, blocks or reads the owner's record."""
+        owner, intruder = new_scope(user_id="alice"), new_scope(user_id="bob")
+        original = make_record(owner, "private", minute=1)
+        store.add([original], random_vectors(1, seed=1))
+        twin = original.model_copy(
+            update={"scope": intruder, "message": Message(role="user", content="twin")}
+        )
+        store.add([twin], random_vectors(1, seed=2))
+        assert store.get(owner, [original.id]) == [original]
+        assert store.get(intruder, [original.id]) == [twin]
+        assert store.count(owner) == store.count(intruder) == 1
+        [hit] = store.search(owner, vector=random_vectors(1, seed=2)[0], limit=5)
+        assert hit.record == original
+        written = random_vectors(1, seed=1)[0]
+        own_vector = store.vectors(owner, [original.id])[original.id]
+        assert np.allclose(own_vector, written / np.linalg.norm(written), atol=1e-5)
+        assert store.delete(intruder, [original.id]) == 1
         assert store.get(owner, [original.id]) == [original]
         assert store.get(intruder, [original.id]) == []
+
+    def test_the_same_id_in_two_sessions_of_one_owner_is_two_records(self, store: Store) -> None:
+        first = new_scope(user_id="u", agent_id="a", session_id="s1")
+        second = Scope(tenant=first.tenant, user_id="u", agent_id="a", session_id="s2")
+        owner_wide = Scope(tenant=first.tenant, user_id="u", agent_id="a")
+        one = make_record(first, "one", minute=1)
+        two = one.model_copy(update={"scope": second, "message": Message(role="user", content="two")})
+        three = one.model_copy(update={"scope": owner_wide, "message": Message(role="user", content="three")})
+        store.add([one, two, three], random_vectors(3))
+        assert store.get(first, [one.id]) == [one]
+        assert store.get(second, [one.id]) == [two]
+        assert store.get(owner_wide.exact(), [one.id]) == [three]
+        assert sorted(r.message.content for r in store.get(owner_wide, [one.id])) == ["one", "three", "two"]
+        assert store.count(owner_wide) == 3
+        assert store.delete(owner_wide, [one.id]) == 3
+        assert store.count(Scope(tenant=first.tenant)) == 0
 
     def test_a_batch_with_a_repeated_id_is_refused_whole(self, store: Store) -> None:
         scope = new_scope()
@@ -403,6 +430,26 @@ class PersistenceTests(StoreFixtures):
             assert after == before
             unit = vectors[7] / np.linalg.norm(vectors[7])
             assert np.allclose(reopened.vectors(scope, [records[7].id])[records[7].id], unit, atol=1e-5)
+        finally:
+            reopened.close()
+
+    def test_records_of_one_id_in_two_scopes_survive_reopen_apart(
+        self, store: Store, store_factory: StoreFactory
+    ) -> None:
+        require_durable(store)
+        first, second = new_scope(user_id="u"), new_scope(user_id="v")
+        records = [make_record(first, "first", minute=1), make_record(first, "kept", minute=2)]
+        twins = [r.model_copy(update={"scope": second}) for r in records]
+        store.add(records + twins, random_vectors(4, seed=8))
+        assert store.delete(second, [records[0].id]) == 1
+        reopened = reopen(store, store_factory)
+        try:
+            assert reopened.get(first, [records[0].id]) == [records[0]]
+            assert reopened.get(second, [records[0].id]) == []
+            assert reopened.get(Scope.everything(), [records[1].id]) == sorted(
+                [records[1], twins[1]], key=lambda r: r.scope.as_tuple()
+            )
+            assert reopened.count(first) == 2 and reopened.count(second) == 1
         finally:
             reopened.close()
 

@@ -366,6 +366,21 @@ def test_an_invalid_record_on_disk_is_skipped_and_counted(tmp_path: Path) -> Non
         assert store.skipped_lines() == 1
 
 
+def test_a_line_of_another_scope_in_a_scope_log_is_skipped_and_counted(tmp_path: Path) -> None:
+    """A folder holds one scope's records: a line naming another scope (never written so) is not loaded."""
+    root = tmp_path / "store"
+    contents = _store_with_records(root, 2)
+    [log] = _entries(root)
+    lines = log.read_bytes().splitlines(keepends=True)
+    body = lines[0][: -len(b',"crc":"00000000"}\n')].replace(b'"tenant":"t"', b'"tenant":"other"')
+    lines[0] = body + b',"crc":"%08x"}\n' % zlib.crc32(body)
+    log.write_bytes(b"".join(lines))
+    with JsonlStore(root) as store:
+        assert [r.message.content for r in store.list(Scope(tenant="t"))] == contents[1:]
+        assert store.count(Scope(tenant="other")) == 0
+        assert store.skipped_lines() == 1
+
+
 def test_reopening_does_not_rewrite_unchanged_scope_files(tmp_path: Path) -> None:
     root = tmp_path / "store"
     _store_with_records(root, 2)

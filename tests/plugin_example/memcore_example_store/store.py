@@ -4,7 +4,8 @@ Written only against memcore's public API, as a third-party plugin would be:
 :class:`~memcore.store.BaseStore` validates every argument and hands over
 clean input (unit-length float32 vectors, parsed filters, UTC datetimes); this
 class stores it, applies the scope and evaluates filters with the reference
-evaluator.
+evaluator. A record is its scope plus its id, so both dicts are keyed by
+:func:`~memcore.scope.storage_id`.
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from uuid import UUID
 import numpy as np
 import numpy.typing as npt
 
-from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError
+from memcore.errors import DimensionMismatchError, InvalidInputError
 from memcore.filters import Filter, evaluate
 from memcore.records import MemoryRecord, ScoredRecord
-from memcore.scope import Scope
+from memcore.scope import Scope, storage_id
 from memcore.store import BaseStore, Capabilities, Order, text_matches
 from memcore.validation import Matrix
 
 
 def _order_key(record: MemoryRecord) -> tuple[datetime, UUID]:
     return record.created_at, record.id
+
+
+def _key(record: MemoryRecord) -> UUID:
+    return storage_id(record.scope, record.id)
 
 
 class ExampleStore(BaseStore):
@@ -66,34 +71,26 @@ class ExampleStore(BaseStore):
                 raise DimensionMismatchError(
                     f"vector dimension {vectors.shape[1]} does not match the store's {self._dimension}"
                 )
-            for record in records:
-                existing = self._records.get(record.id)
-                if existing is not None and existing.scope.as_tuple() != record.scope.as_tuple():
-                    raise IdConflictError(
-                        f"record id {record.id} is already used by a record of another scope"
-                    )
             if vectors is not None and self._dimension is None:
                 self._dimension = vectors.shape[1]
             for row, record in enumerate(records):
-                self._records[record.id] = record
+                self._records[_key(record)] = record
                 if vectors is None:
-                    self._vector_of.pop(record.id, None)
+                    self._vector_of.pop(_key(record), None)
                 else:
-                    self._vector_of[record.id] = vectors[row].copy()
+                    self._vector_of[_key(record)] = vectors[row].copy()
 
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         with self._lock:
-            found = (self._records.get(record_id) for record_id in ids)
-            return [r for r in found if r is not None and scope.matches(r.scope)]
+            wanted = set(ids)
+            return [r for r in self._records.values() if r.id in wanted and scope.matches(r.scope)]
 
-    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
         with self._lock:
-            visible = (r.id for r in self._get(scope, ids))
-            return {
-                record_id: self._vector_of[record_id].copy()
-                for record_id in visible
-                if record_id in self._vector_of
-            }
+            keys = [(r.id, _key(r)) for r in self._get(scope, ids)]
+            return [
+                (record_id, self._vector_of[key].copy()) for record_id, key in keys if key in self._vector_of
+            ]
 
     def _list(
         self,
@@ -123,10 +120,10 @@ class ExampleStore(BaseStore):
             if query is None:
                 candidates.sort(key=_order_key, reverse=True)
                 return [ScoredRecord(record=r, score=1.0) for r in candidates[:limit]]
-            candidates = sorted((r for r in candidates if r.id in self._vector_of), key=_order_key)
+            candidates = sorted((r for r in candidates if _key(r) in self._vector_of), key=_order_key)
             if not candidates:
                 return []
-            matrix = np.stack([self._vector_of[r.id] for r in candidates])
+            matrix = np.stack([self._vector_of[_key(r)] for r in candidates])
         scores = np.clip(matrix.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
         best = np.argsort(-scores, kind="stable")[:limit]
         return [ScoredRecord(record=candidates[i], score=float(scores[i])) for i in best]
@@ -145,8 +142,8 @@ class ExampleStore(BaseStore):
 
     def _remove(self, records: list[MemoryRecord]) -> int:
         for record in records:
-            del self._records[record.id]
-            self._vector_of.pop(record.id, None)
+            del self._records[_key(record)]
+            self._vector_of.pop(_key(record), None)
         return len(records)
 
     def _close(self) -> None:
