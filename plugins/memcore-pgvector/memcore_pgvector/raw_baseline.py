@@ -4,8 +4,8 @@ A table of the same shape and indexes as the store's (its own name: the store's
 plus ``_raw``), written with the same rows (built before the clock starts:
 the JSON, the case-folded content, the metadata), searched by the same scoped
 query through the HNSW index with the same session settings, its JSON records parsed on
-read. What remains between the two sides is memcore's own work: validation, the
-id-ownership condition of its upsert, building rows, decoding into models.
+read. What remains between the two sides is memcore's own work: validation,
+building rows, decoding into models.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from memcore.records import MemoryRecord, epoch_micros
-from memcore.scope import Scope
+from memcore.scope import Scope, storage_id
 from memcore.validation import Matrix
 from memcore_pgvector.filters import scope_condition
 from memcore_pgvector.schema import Tables
@@ -51,6 +51,7 @@ class RawPsycopg:
                 self._connection.execute(statement)
         return [
             (
+                storage_id(r.scope, r.id),
                 r.id,
                 r.scope.tenant,
                 r.scope.user_id,
@@ -70,10 +71,10 @@ class RawPsycopg:
     def add(self, prepared: list[tuple[Any, ...]]) -> None:
         """Upsert the rows in one transaction."""
         statement = sql.SQL(
-            "INSERT INTO {} (id, tenant, user_id, agent_id, session_id, role, kind, created_at,"
+            "INSERT INTO {} (key, id, tenant, user_id, agent_id, session_id, role, kind, created_at,"
             " content_folded, metadata, record, embedding)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record, embedding = EXCLUDED.embedding"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (key) DO UPDATE SET record = EXCLUDED.record, embedding = EXCLUDED.embedding"
         ).format(self._tables.records)
         with self._connection.transaction(), self._connection.cursor() as cursor:
             cursor.executemany(statement, prepared)

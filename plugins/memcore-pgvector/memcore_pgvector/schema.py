@@ -4,7 +4,8 @@ One table of records per store (``memcore_records`` by default, ``?table=`` to
 choose another), and one small table of settings beside it (``<table>_meta``:
 schema version, embedder binding)::
 
-    id          uuid primary key         the record's UUID
+    key         uuid primary key         memcore.scope.storage_id(scope, id): a record is its scope and id
+    id          uuid                     the record's UUID (indexed; another scope may use it too)
     tenant, user_id, agent_id, session_id  text  the scope (tenant first in the index)
     role, kind  text
     created_at  bigint                   microseconds since the epoch (exact, sortable)
@@ -25,7 +26,8 @@ older than 0.8, whose index scans stop at ``ef_search`` candidates).
 Versions: 1 the tables; 2 no planner statistics on the columns holding what users wrote
 (``content_folded``, ``metadata``, ``record``, ``embedding``: ``ANALYZE`` would copy sampled values
 into ``pg_statistic``), and NUL kept in the folded content as :data:`NUL_MARK` (it was dropped, so
-that ``"cd"`` matched ``"abc\\x00def"``).
+that ``"cd"`` matched ``"abc\\x00def"``); 3 the primary key is ``key``, the record's scope and id,
+not ``id`` alone, so that the same id in two scopes is two records (existing rows get their key).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError
+from memcore.scope import Scope, storage_id
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 DEFAULT_TABLE: Final = "memcore_records"
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 
@@ -76,7 +79,7 @@ def check_table_name(name: str) -> str:
 MIN_PGVECTOR = (0, 8)
 """Iterative index scans (scoped searches that still return ``limit`` hits) came in pgvector 0.8."""
 
-RESERVED_SUFFIXES = ("_meta", "_scope", "_embedding")
+RESERVED_SUFFIXES = ("_meta", "_scope", "_embedding", "_record_id")
 """Names of a table's own objects: not names of records tables."""
 
 
@@ -99,6 +102,7 @@ class Tables:
         self.meta = sql.Identifier(f"{name}_meta")
         self.scope_index = sql.Identifier(f"{name}_scope")
         self.vector_index = sql.Identifier(f"{name}_embedding")
+        self.id_index = sql.Identifier(f"{name}_record_id")
 
     def migrations(self) -> list[tuple[int, list[Step]]]:
         """Each schema version and the statements that bring the previous one to it, in order."""
@@ -124,7 +128,44 @@ class Tables:
             ),
             self._refold_nul_rows,
         ]
-        return [(1, version_1), (2, version_2)]
+        version_3: list[Step] = [
+            sql.SQL("ALTER TABLE {} ADD COLUMN key uuid").format(self.records),
+            self._fill_keys,
+            sql.SQL("ALTER TABLE {} ALTER COLUMN key SET NOT NULL").format(self.records),
+            self._drop_primary_key,
+            sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (key)").format(self.records),
+            sql.SQL("CREATE INDEX {} ON {} (id)").format(self.id_index, self.records),
+        ]
+        return [(1, version_1), (2, version_2), (3, version_3)]
+
+    def _fill_keys(self, connection: psycopg.Connection[Any]) -> None:
+        """Give every row its :func:`~memcore.scope.storage_id` (rows of version 2 had the id as key)."""
+        rows = connection.execute(
+            sql.SQL("SELECT id, tenant, user_id, agent_id, session_id FROM {}").format(self.records)
+        ).fetchall()
+        update = sql.SQL("UPDATE {} SET key = %s WHERE id = %s").format(self.records)
+        keys = []
+        for row_id, tenant, user_id, agent_id, session_id in rows:
+            try:
+                scope = Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id)
+            except InvalidInputError as error:
+                raise StoreCorruptedError(
+                    f"the row {row_id} of {self.name} has an invalid scope: {error}"
+                ) from None
+            keys.append((storage_id(scope, row_id), row_id))
+        with connection.cursor() as cursor:
+            cursor.executemany(update, keys)
+
+    def _drop_primary_key(self, connection: psycopg.Connection[Any]) -> None:
+        """Drop the primary key on ``id``, whatever PostgreSQL named it."""
+        row = connection.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            [sql.Identifier(self.name).as_string(connection)],
+        ).fetchone()
+        if row is not None:
+            connection.execute(
+                sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(self.records, sql.Identifier(row[0]))
+            )
 
     def _refold_nul_rows(self, connection: psycopg.Connection[Any]) -> None:
         """Fold again the content of rows written when the folded copy dropped NUL (their JSON

@@ -6,9 +6,10 @@ id is ``id = ANY(ids) AND scope``. Filters compile to SQL with bound parameters
 (:mod:`memcore_pgvector.filters`). Vector search orders by pgvector's cosine
 distance over an HNSW index, with ``hnsw.iterative_scan`` so that a scoped or
 filtered query still returns ``limit`` hits when the scope is a small part of
-the table. A write is one transaction: an id owned by another scope makes the
-whole batch fail (``INSERT ... ON CONFLICT ... WHERE same scope``), race-free
-between processes. A store object inherited by a forked process opens a pool of
+the table. A row's primary key is its record's scope and id
+(:func:`~memcore.scope.storage_id`), so the same id in two scopes is two rows and a
+write is an upsert of its own scope's row only (``INSERT ... ON CONFLICT (key)``),
+one transaction per batch. A store object inherited by a forked process opens a pool of
 its own there on its first call (:meth:`PgvectorStore._reconnect_in_child`).
 """
 
@@ -34,7 +35,6 @@ from psycopg_pool import ConnectionPool
 from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
-    IdConflictError,
     InvalidInputError,
     InvalidRecordError,
     ScopeError,
@@ -43,7 +43,7 @@ from memcore.errors import (
 )
 from memcore.filters import Filter, evaluate
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
-from memcore.scope import Scope
+from memcore.scope import Scope, storage_id
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace, text_matches
 from memcore.validation import Matrix
 from memcore_pgvector.errors import translated
@@ -64,10 +64,15 @@ SEARCH_SETTINGS = "SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search =
 its ``limit`` hits (up to ``hnsw.max_scan_tuples``), each step exploring 100 candidates."""
 _COLUMNS = ", ".join(
     [
-        *("id", "tenant", "user_id", "agent_id", "session_id", "role", "kind", "created_at"),
+        *("key", "id", "tenant", "user_id", "agent_id", "session_id", "role", "kind", "created_at"),
         *("content_folded", "metadata", "record", "embedding"),
     ]
 )
+
+
+def _keys_of(records: Sequence[MemoryRecord]) -> Condition:
+    """A condition selecting exactly these records' rows (by key: another scope may use their ids)."""
+    return "key = ANY(%s)", [[storage_id(record.scope, record.id) for record in records]]
 
 
 def _where(*conditions: Condition) -> Condition:
@@ -221,6 +226,7 @@ class PgvectorStore(BaseStore):
                 raise ScopeError(f"record {record.id} names no tenant; every PostgreSQL record has one")
         rows = [
             (
+                storage_id(record.scope, record.id),
                 record.id,
                 record.scope.tenant,
                 record.scope.user_id,
@@ -237,29 +243,17 @@ class PgvectorStore(BaseStore):
             for row, record in enumerate(records)
         ]
         statement = sql.SQL(
-            "INSERT INTO {t} (" + _COLUMNS + ") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET role = EXCLUDED.role, kind = EXCLUDED.kind,"
+            "INSERT INTO {} (" + _COLUMNS + ") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (key) DO UPDATE SET role = EXCLUDED.role, kind = EXCLUDED.kind,"
             " created_at = EXCLUDED.created_at, content_folded = EXCLUDED.content_folded,"
             " metadata = EXCLUDED.metadata, record = EXCLUDED.record, embedding = EXCLUDED.embedding"
-            " WHERE {t}.tenant = EXCLUDED.tenant AND {t}.user_id IS NOT DISTINCT FROM EXCLUDED.user_id"
-            " AND {t}.agent_id IS NOT DISTINCT FROM EXCLUDED.agent_id"
-            " AND {t}.session_id IS NOT DISTINCT FROM EXCLUDED.session_id"
-            " RETURNING id"
-        ).format(t=self._tables.records)
+        ).format(self._tables.records)
         fixing = vectors is not None and self._dimension != vectors.shape[1]
         with self._connection("add records") as connection, connection.transaction():
             if vectors is not None and fixing:
                 self._fix_dimension(connection, vectors.shape[1])
             with connection.cursor() as cursor:
-                cursor.executemany(statement, rows, returning=True)
-                written: set[UUID] = set()
-                while True:
-                    written.update(row[0] for row in cursor.fetchall())
-                    if not cursor.nextset():
-                        break
-            refused = [record.id for record in records if record.id not in written]
-            if refused:
-                raise IdConflictError(f"record id {refused[0]} is already used by a record of another scope")
+                cursor.executemany(statement, rows)
         if vectors is not None and fixing:
             self._dimension = vectors.shape[1]  # committed: the column is vector(n) for everyone now
 
@@ -282,18 +276,18 @@ class PgvectorStore(BaseStore):
         except NeedsExactEvaluation:
             with self._connection("evaluate a filter") as connection:
                 records = self._select(connection, scope_condition(scope))
-            return "id = ANY(%s)", [[record.id for record in records if evaluate(node, record)]]
+            return _keys_of([record for record in records if evaluate(node, record)])
 
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
         with self._connection("get records") as connection:
             return self._select(connection, _where(scope_condition(scope), ("id = ANY(%s)", [ids])))
 
-    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]:
+    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
         text, values = _where(scope_condition(scope), ("id = ANY(%s)", [ids]), ("embedding IS NOT NULL", []))
         query = sql.SQL("SELECT id, embedding FROM {} WHERE " + text).format(self._tables.records)
         with self._connection("read vectors") as connection:
             rows = connection.execute(query, values).fetchall()
-        return {row[0]: row[1].to_numpy().astype(np.float32) for row in rows}
+        return [(row[0], row[1].to_numpy().astype(np.float32)) for row in rows]
 
     def _list(
         self,
@@ -310,7 +304,7 @@ class PgvectorStore(BaseStore):
         if after is not None:
             conditions.append(("created_at > %s", [epoch_micros(after)]))
         direction = "DESC" if order == "desc" else "ASC"
-        tail = f" ORDER BY created_at {direction}, id {direction}"
+        tail = f" ORDER BY created_at {direction}, id {direction}, key {direction}"
         with self._connection("list records") as connection:
             if limit is None:
                 return self._select(connection, _where(*conditions), tail)
@@ -356,11 +350,13 @@ class PgvectorStore(BaseStore):
             return condition
         with self._connection("search text") as connection:
             candidates = self._select(connection, _where(*conditions, condition))
-        return "id = ANY(%s)", [[r.id for r in candidates if text_matches(text, r.message.content)]]
+        return _keys_of([r for r in candidates if text_matches(text, r.message.content)])
 
     def _list_newest(self, where: Condition, limit: int) -> builtins.list[MemoryRecord]:
         with self._connection("search") as connection:
-            return self._select(connection, where, " ORDER BY created_at DESC, id DESC LIMIT %s", [limit])
+            return self._select(
+                connection, where, " ORDER BY created_at DESC, id DESC, key DESC LIMIT %s", [limit]
+            )
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         text, values = _where(scope_condition(scope), self._filter(scope, node))

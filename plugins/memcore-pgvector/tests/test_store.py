@@ -391,12 +391,57 @@ def test_text_search_agrees_with_the_reference_on_nul(postgres: Postgres, table_
             assert {h.record.id for h in with_vector} == expected, text
 
 
+def _back_to_version_2(admin: psycopg.Connection[tuple[object, ...]], table_name: str) -> None:
+    """Make a table of this version what version 2 wrote: keyed by ``id``, no ``key`` column."""
+    admin.execute(f"ALTER TABLE {table_name} DROP COLUMN key")  # its primary key goes with it
+    admin.execute(f"DROP INDEX {table_name}_record_id")
+    admin.execute(f"ALTER TABLE {table_name} ADD PRIMARY KEY (id)")
+    admin.execute(f"UPDATE {table_name}_meta SET value = '2' WHERE key = 'schema_version'")
+
+
+def test_a_version_2_table_gets_keys_and_its_records_stay_readable_and_erasable(
+    postgres: Postgres, table_name: str
+) -> None:
+    """Issue 20, item 15: version 2 keyed rows by id alone; version 3 keys them by scope and id."""
+    url = with_table(postgres.uri, table_name)
+    other = Scope(tenant="t1", user_id="bob")
+    mine, theirs = _records(3), _records(2, scope=other)
+    with PgvectorStore.from_url(url) as store:
+        store.add(mine + theirs, _vectors(5, 8))
+    with psycopg.connect(postgres.uri, autocommit=True) as admin:
+        _back_to_version_2(admin, table_name)
+    with PgvectorStore.from_url(url) as store:
+        assert store.get(SCOPE, [r.id for r in mine + theirs]) == mine
+        assert set(store.vectors(other, [r.id for r in theirs])) == {r.id for r in theirs}
+        assert {h.record.id for h in store.search(SCOPE, vector=_vectors(1, 8, seed=3)[0], limit=9)} == {
+            r.id for r in mine
+        }
+        same_id = mine[0].model_copy(update={"scope": other})
+        store.add([same_id])
+        assert store.get(SCOPE, [mine[0].id]) == [mine[0]]
+        assert store.get(other, [mine[0].id]) == [same_id]
+        assert store.delete(SCOPE, [mine[0].id]) == 1
+        assert store.get(other, [mine[0].id]) == [same_id]
+    with psycopg.connect(postgres.uri, autocommit=True) as admin:
+        version = admin.execute(f"SELECT value FROM {table_name}_meta WHERE key = 'schema_version'")
+        assert version.fetchone() == (3,)
+        primary = admin.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+            " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+            [table_name],
+        )
+        assert primary.fetchall() == [("key",)]
+        stale = admin.execute(f"SELECT count(*) FROM {table_name} WHERE id = %s", [mine[0].id])
+        assert stale.fetchone() == (1,)  # only the other scope's record of that id is left
+
+
 def test_a_version_1_table_is_migrated_nul_content_included(postgres: Postgres, table_name: str) -> None:
     url = with_table(postgres.uri, table_name)
     record = MemoryRecord(scope=SCOPE, message=Message(role="user", content="abc\x00def"))
     with PgvectorStore.from_url(url) as store:
         store.add([record])
     with psycopg.connect(postgres.uri, autocommit=True) as admin:  # back to what version 1 wrote
+        _back_to_version_2(admin, table_name)
         admin.execute(f"UPDATE {table_name} SET content_folded = 'abcdef'")
         admin.execute(f"UPDATE {table_name}_meta SET value = '1' WHERE key = 'schema_version'")
         admin.execute(f"ALTER TABLE {table_name} ALTER COLUMN record SET STATISTICS -1")
@@ -405,7 +450,7 @@ def test_a_version_1_table_is_migrated_nul_content_included(postgres: Postgres, 
         assert len(store.search(SCOPE, text="c\x00d", limit=5)) == 1
     with psycopg.connect(postgres.uri, autocommit=True) as admin:
         version = admin.execute(f"SELECT value FROM {table_name}_meta WHERE key = 'schema_version'")
-        assert version.fetchone() == (2,)
+        assert version.fetchone() == (3,)
         target = admin.execute(
             "SELECT attstattarget FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'record'",
             [table_name],
