@@ -38,7 +38,7 @@ from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import Store
 from memcore.testing.helpers import DIM, make_record, random_vectors, snapshot
 from memcore.testing.strategies import filters, record_fields
-from memcore.validation import normalize_rows
+from memcore.validation import Matrix, normalize_rows
 
 Figures = dict[str, int]
 
@@ -91,9 +91,11 @@ def _scope(trial: int, cell: tuple[int, str | None, str | None, str | None]) -> 
 def isolation(url: str, examples: int) -> Figures:
     """Random scopes, records and filter trees; every read and delete path is checked for leaks.
 
-    Each example writes records under scopes of two tenants of its own, then reads
-    through a random scope, with and without a random filter, by ``list`` (whole,
-    limited, ordered, before and after a time), ``count``, ``get``, vector,
+    Each example writes records under scopes of two tenants of its own, some of them
+    with the id of a record of another scope (a record is its exact scope and id:
+    neither may overwrite, hide or answer for the other), then reads through a
+    random scope, with and without a random filter, by ``list`` (whole, limited,
+    ordered, before and after a time), ``count``, ``get``, ``vectors``, vector,
     keyword and text ``search``, ``delete`` by id and ``delete_where``, and
     compares with the reference (scope match, then :func:`memcore.filters.evaluate`).
     A record of another scope returned, counted or deleted is a leak. A filter
@@ -105,61 +107,111 @@ def isolation(url: str, examples: int) -> Figures:
 
         @_trials(examples)
         @given(
-            layout=st.lists(st.tuples(_scope_cells, record_fields()), min_size=1, max_size=8),
+            layout=st.lists(
+                st.tuples(_scope_cells, record_fields(), st.none() | st.integers(0, 6)),
+                min_size=1,
+                max_size=8,
+            ),
             reader=_scope_cells,
             spec=filters(max_leaves=4),
             smuggled=_smuggled,
         )
         def trial(
-            layout: list[tuple[Any, dict[str, Any]]],
+            layout: list[tuple[Any, dict[str, Any], int | None]],
             reader: Any,
             spec: dict[str, Any],
             smuggled: dict[str, Any],
         ) -> None:
             number = next(numbers)
-            records = [
-                make_record(_scope(number, cell), f"shared words {i}", **fields)
-                for i, (cell, fields) in enumerate(layout)
-            ]
-            store.add(records, random_vectors(len(records), seed=number))
+            records: list[MemoryRecord] = []
+            for i, (cell, fields, reused) in enumerate(layout):
+                record = make_record(_scope(number, cell), f"shared words {i}", **fields)
+                if reused is not None and reused < i:
+                    taken = {_key(r) for r in records}
+                    if (record.scope.as_tuple(), records[reused].id) not in taken:
+                        record = record.model_copy(update={"id": records[reused].id})
+                records.append(record)
+            vectors = random_vectors(len(records), seed=number)
+            store.add(records, vectors)
             figures["examples"] += 1
-            figures["leaks"] += _leaks(store, _scope(number, reader), parse_filter(spec), spec, records)
+            figures["leaks"] += _leaks(
+                store, _scope(number, reader), parse_filter(spec), spec, records, vectors
+            )
             figures["accepted"] += _accepts(store, _scope(number, reader), smuggled)
 
         trial()
     return dict(figures)
 
 
-def _leaks(store: Store, reader: Scope, node: Any, spec: dict[str, Any], records: list[MemoryRecord]) -> int:
-    """Records of another scope (or not matching the filter) that any read or delete path let through."""
-    visible = {r.id for r in records if reader.matches(r.scope)}
-    wanted = {r.id for r in records if r.id in visible and evaluate(node, r)}
+Key = tuple[tuple[str | None, ...], UUID]
+
+
+def _key(record: MemoryRecord) -> Key:
+    return record.scope.as_tuple(), record.id
+
+
+def _leaks(
+    store: Store,
+    reader: Scope,
+    node: Any,
+    spec: dict[str, Any],
+    records: list[MemoryRecord],
+    vectors: Matrix,
+) -> int:
+    """Records of another scope (or not matching the filter) that any read or delete path let through.
+
+    Records are told apart by exact scope and id, since two scopes may use one id.
+    """
+    visible = {_key(r) for r in records if reader.matches(r.scope)}
+    wanted = {_key(r) for r in records if _key(r) in visible and evaluate(node, r)}
     every = [r.id for r in records]
     query = random_vectors(1, seed=len(records))[0]
     middle = sorted(r.created_at for r in records)[len(records) // 2]
-    found: list[tuple[set[UUID], set[UUID]]] = [
-        ({r.id for r in store.list(reader)}, visible),
-        ({r.id for r in store.list(reader, filter=spec)}, wanted),
-        ({r.id for r in store.list(reader, order="desc", limit=3)}, visible),
-        ({r.id for r in store.list(reader, filter=spec, after=middle)}, wanted),
-        ({r.id for r in store.list(reader, before=middle, limit=5)}, visible),
-        ({r.id for r in store.get(reader, every)}, visible),
-        (set(store.vectors(reader, every)), visible),
-        ({h.record.id for h in store.search(reader, vector=query, limit=50)}, visible),
-        ({h.record.id for h in store.search(reader, vector=query, filter=spec, limit=50)}, wanted),
-        ({h.record.id for h in store.search(reader, keywords="shared words", limit=50)}, visible),
+    found: list[tuple[set[Key], set[Key]]] = [
+        ({_key(r) for r in store.list(reader)}, visible),
+        ({_key(r) for r in store.list(reader, filter=spec)}, wanted),
+        ({_key(r) for r in store.list(reader, order="desc", limit=3)}, visible),
+        ({_key(r) for r in store.list(reader, filter=spec, after=middle)}, wanted),
+        ({_key(r) for r in store.list(reader, before=middle, limit=5)}, visible),
+        ({_key(r) for r in store.get(reader, every)}, visible),
+        ({_key(h.record) for h in store.search(reader, vector=query, limit=50)}, visible),
+        ({_key(h.record) for h in store.search(reader, vector=query, filter=spec, limit=50)}, wanted),
+        ({_key(h.record) for h in store.search(reader, keywords="shared words", limit=50)}, visible),
     ]
     if store.capabilities.text_search:
-        found.append(({h.record.id for h in store.search(reader, text="shared", limit=50)}, visible))
-        found.append(({h.record.id for h in store.search(reader, text="words", filter=spec)}, wanted))
+        found.append(({_key(h.record) for h in store.search(reader, text="shared", limit=50)}, visible))
+        found.append(({_key(h.record) for h in store.search(reader, text="words", filter=spec)}, wanted))
     leaks = sum(len(returned - allowed) for returned, allowed in found)
     leaks += max(0, store.count(reader) - len(visible))
     leaks += max(0, store.count(reader, filter=spec) - len(wanted))
-    outsiders = [r for r in records if r.id not in visible]
-    leaks += store.delete(reader, [r.id for r in outsiders])
+    leaks += _foreign_vectors(store, reader, records, vectors)
+    outsiders = [r for r in records if _key(r) not in visible]
+    # Deleting by an outsider's id may delete the reader's own record of that id, nothing else.
+    shared = sum(1 for key in visible if key[1] in {r.id for r in outsiders})
+    leaks += max(0, store.delete(reader, [r.id for r in outsiders]) - shared)
     leaks += max(0, store.delete_where(reader, spec) - len(wanted))
-    survivors = {r.id for r in store.get(Scope.everything(), [r.id for r in outsiders])}
-    return leaks + len(outsiders) - len(survivors)
+    survivors = {_key(r) for r in store.get(Scope.everything(), [r.id for r in outsiders])}
+    return leaks + sum(1 for r in outsiders if _key(r) not in survivors)
+
+
+def _foreign_vectors(store: Store, reader: Scope, records: list[MemoryRecord], vectors: Matrix) -> int:
+    """Vectors ``reader`` was given by id that are not those of its own record of that id.
+
+    An id ``reader`` sees in several scopes is left out: ``vectors`` refuses it
+    (:class:`~memcore.errors.AmbiguousIdError`), as the contract says.
+    """
+    rows = normalize_rows(vectors)
+    leaks = 0
+    for record_id in dict.fromkeys(r.id for r in records):
+        mine = [row for row, r in enumerate(records) if r.id == record_id and reader.matches(r.scope)]
+        if len(mine) > 1:
+            continue
+        given_back = store.vectors(reader, [record_id])
+        if not mine:
+            leaks += len(given_back)
+        elif record_id not in given_back or not np.allclose(given_back[record_id], rows[mine[0]], atol=1e-5):
+            leaks += 1
+    return leaks
 
 
 def _accepts(store: Store, reader: Scope, smuggled: dict[str, Any]) -> int:
