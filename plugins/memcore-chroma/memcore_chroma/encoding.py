@@ -2,13 +2,15 @@
 
 One record is one Chroma entry:
 
-* ``id``: the record's UUID, as a string;
+* ``id``: the record's :func:`entry_id`, the :func:`~memcore.scope.storage_id` of its exact scope
+  and its id (a record is its scope plus its id: the same id in two scopes is two entries);
 * ``document``: the whole record as JSON, the source of truth that every read decodes;
 * ``metadata``: flat keys that only exist to be filtered on natively::
 
     scope.tenant, scope.user_id, ...   the scope fields that are set
     scope.key                          the digest of all four scope fields (unset ones as null),
                                        what an exact scope (Scope.exact()) selects on
+    record_id                          the record's own id, what reads by id select on
     role, kind                         strings
     created_at                         microseconds since the epoch (an int, exact)
     vec                                whether the record has a real vector
@@ -33,7 +35,7 @@ import numpy.typing as npt
 
 from memcore.errors import StoreCorruptedError
 from memcore.records import MemoryRecord
-from memcore.scope import SCOPE_FIELDS, Scope
+from memcore.scope import SCOPE_FIELDS, Scope, storage_id
 
 Where = dict[str, Any]
 """A Chroma ``where`` document."""
@@ -43,6 +45,8 @@ ChromaMetadata = dict[str, str | int | float | bool | list[str]]
 SCOPE_PREFIX = "scope."
 SCOPE_KEY = "scope.key"
 """Chroma's ``where`` cannot ask for a missing key, so an exact scope matches this digest instead."""
+RECORD_ID_KEY = "record_id"
+"""The record's own id: an entry's Chroma id is its :func:`entry_id`."""
 VECTOR_KEY = "vec"
 CREATED_AT_KEY = "created_at"
 TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST = "str", "bool", "num", "list"
@@ -72,10 +76,16 @@ def epoch_micros(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def entry_id(record: MemoryRecord) -> str:
+    """The Chroma id of the entry holding ``record``: the storage id of its exact scope and id."""
+    return str(storage_id(record.scope, record.id))
+
+
 def flat_metadata(record: MemoryRecord, has_vector: bool) -> ChromaMetadata:
     """The flat, filterable Chroma metadata of ``record``."""
     flat: ChromaMetadata = {f"{SCOPE_PREFIX}{name}": value for name, value in record.scope.items()}
     flat[SCOPE_KEY] = record.scope.digest()
+    flat[RECORD_ID_KEY] = str(record.id)
     flat["role"] = record.message.role
     flat["kind"] = record.kind
     flat[CREATED_AT_KEY] = epoch_micros(record.created_at)
@@ -99,23 +109,24 @@ def encode(record: MemoryRecord) -> str:
     return record.model_dump_json()
 
 
-def decode(record_id: str, document: str | None) -> MemoryRecord:
-    """The record a document holds.
+def decode(entry: str, document: str | None, *, legacy: bool = False) -> MemoryRecord:
+    """The record the document of the entry ``entry`` holds.
 
-    :raises StoreCorruptedError: if the document is missing or not a valid record.
+    :param legacy: the entry is in the layout of format 1, named by its record's id alone.
+    :raises StoreCorruptedError: if the document is missing or not a valid record, or the
+        entry's id is not the record's (:func:`entry_id`; its id, if ``legacy``).
     """
     if document is None:
-        raise StoreCorruptedError(
-            f"the Chroma entry {record_id} has no document; it was not written by memcore"
-        )
+        raise StoreCorruptedError(f"the Chroma entry {entry} has no document; it was not written by memcore")
     try:
         record = MemoryRecord.from_stored_json(document)
     except ValueError as exc:
+        raise StoreCorruptedError(f"the Chroma entry {entry} does not hold a valid record: {exc}") from None
+    if entry != (str(record.id) if legacy else entry_id(record)):
         raise StoreCorruptedError(
-            f"the Chroma entry {record_id} does not hold a valid record: {exc}"
-        ) from None
-    if str(record.id) != record_id:
-        raise StoreCorruptedError(f"the Chroma entry {record_id} holds the record {record.id}")
+            f"the Chroma entry {entry} holds the record {record.id} of {record.scope}, which is not its id "
+            "(an entry written by a memcore-chroma older than format 2?)"
+        )
     return record
 
 

@@ -1,6 +1,7 @@
 """Find, create and check a store's collection, and what its metadata keeps.
 
-The collection's metadata keeps the layout's format, the vector dimension
+The collection's metadata keeps the layout's format (:data:`FORMAT`; a collection of
+:data:`FORMAT_1` is migrated when a store opens it), the vector dimension
 (``memcore.dimension``, fixed by the first vector or by ``?dimension=``), the
 dimension of what its index holds (``memcore.index_dimension``: the stand-in
 vectors of records without one are written in it before the first real vector
@@ -14,15 +15,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.api.collection_configuration import CreateCollectionConfiguration
 from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Metadata
 from chromadb.errors import NotFoundError
 
 from memcore.errors import DimensionMismatchError, InvalidInputError, StoreCorruptedError
-from memcore_chroma.encoding import SCOPE_KEY, scope_key, stored_scope
+from memcore_chroma.encoding import RECORD_ID_KEY, SCOPE_KEY, decode, entry_id, scope_key, stored_scope
 
-FORMAT = "memcore-chroma/1"
+FORMAT = "memcore-chroma/2"
+"""Entries named by :func:`~memcore_chroma.encoding.entry_id`, with their record's id in
+:data:`~memcore_chroma.encoding.RECORD_ID_KEY`."""
+FORMAT_1 = "memcore-chroma/1"
+"""The format before records were (exact scope, id): entries named by their record's id alone."""
 META_FORMAT = "memcore.format"
 META_DIMENSION = "memcore.dimension"
 META_INDEX_DIMENSION = "memcore.index_dimension"
@@ -132,7 +139,8 @@ def checked_metadata(collection: Collection, name: str, dimension: int | None) -
     """The metadata ``collection`` should have, after checking that memcore can use it.
 
     :raises InvalidInputError: if memcore did not write its entries, or it is not cosine.
-    :raises StoreCorruptedError: if it is in another format.
+    :raises StoreCorruptedError: if it is in a format other than :data:`FORMAT` or :data:`FORMAT_1`
+        (which :func:`migrate_entry_ids` then upgrades).
     :raises DimensionMismatchError: if it holds vectors of another dimension than ``dimension``.
     """
     meta = dict(collection.metadata or {})
@@ -143,7 +151,7 @@ def checked_metadata(collection: Collection, name: str, dimension: int | None) -
                 "open another collection (?collection=...)"
             )
         meta[META_FORMAT] = FORMAT
-    if meta[META_FORMAT] != FORMAT:
+    if meta[META_FORMAT] not in (FORMAT, FORMAT_1):
         raise StoreCorruptedError(
             f"the Chroma collection {name!r} is in the format {meta[META_FORMAT]!r}, not {FORMAT!r}"
         )
@@ -202,3 +210,53 @@ def backfill_scope_keys(collection: Collection) -> int:
             collection.update(ids=list(stale), metadatas=[{SCOPE_KEY: key} for key in stale.values()])
             fixed += len(stale)
         offset += len(page["ids"])
+
+
+def migrate_entry_ids(collection: Collection) -> int:
+    """Move every entry of format 1 (:data:`FORMAT_1`) to its id of format 2.
+
+    Format 1 named an entry by its record's id, so one id could hold one record across every
+    scope. Each such entry (one without :data:`~memcore_chroma.encoding.RECORD_ID_KEY`) is written
+    again under its :func:`~memcore_chroma.encoding.entry_id`, with the same vector, document and
+    metadata plus its record's id, and only then deleted: a migration that stops loses nothing,
+    and running it again finishes it. The store calls this at open (holding the write lock) until
+    :data:`META_FORMAT` says :data:`FORMAT`. Pages are read in Chroma's insertion order, in which
+    the rewritten entries come last; passes repeat until one moves nothing.
+
+    :returns: how many entries were moved.
+    :raises StoreCorruptedError: if an entry of format 1 does not hold its record.
+    """
+    moved = 0
+    while True:
+        moved_now, offset = 0, 0
+        while True:
+            page = collection.get(include=["metadatas"], limit=BACKFILL_PAGE, offset=offset)
+            if not page["ids"]:
+                break
+            metadatas = page["metadatas"] or []
+            old = [i for i, meta in zip(page["ids"], metadatas, strict=True) if RECORD_ID_KEY not in meta]
+            if old:
+                _move(collection, old)
+            moved_now += len(old)
+            offset += len(page["ids"]) - len(old)  # the moved ones are gone from before the offset
+        if not moved_now:
+            return moved
+        moved += moved_now
+
+
+def _move(collection: Collection, ids: list[str]) -> None:
+    """Write the format-1 entries ``ids`` under their format-2 ids, then delete them."""
+    found = collection.get(ids=ids, include=["embeddings", "documents", "metadatas"])
+    documents = found["documents"] or []
+    records = [decode(i, d, legacy=True) for i, d in zip(found["ids"], documents, strict=True)]
+    metadatas: list[Metadata] = [
+        {**meta, RECORD_ID_KEY: str(record.id)}
+        for meta, record in zip(found["metadatas"] or [], records, strict=True)
+    ]
+    collection.upsert(
+        ids=[entry_id(record) for record in records],
+        embeddings=np.asarray(found["embeddings"], dtype=np.float32),
+        documents=documents,
+        metadatas=metadatas,
+    )
+    collection.delete(ids=found["ids"])

@@ -3,7 +3,7 @@
 An embedded ``PersistentClient`` with a cosine collection, written with the same
 documents and flat metadata the store writes, queried with the same scope
 ``where`` clauses, its JSON documents parsed on read. What remains between the
-two sides is memcore's own work: validation, the id-ownership check on add,
+two sides is memcore's own work: validation, reading the entries an add replaces,
 encoding, decoding into models, filter compilation, the count a delete reports.
 """
 
@@ -21,7 +21,16 @@ from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.validation import Matrix
 from memcore_chroma.connection import client_settings
-from memcore_chroma.encoding import VECTOR_KEY, Where, all_of, encode, flat_metadata, scope_clauses
+from memcore_chroma.encoding import (
+    RECORD_ID_KEY,
+    VECTOR_KEY,
+    Where,
+    all_of,
+    encode,
+    entry_id,
+    flat_metadata,
+    scope_clauses,
+)
 from memcore_chroma.opening import configuration
 from memcore_chroma.recovery import keep_whole_log
 
@@ -32,6 +41,10 @@ def _parsed(documents: Sequence[str | None] | None) -> list[Any]:
 
 def _scoped(scope: Scope, *extra: Where) -> Where | None:
     return all_of([*scope_clauses(scope), *extra])
+
+
+def _of_ids(ids: Sequence[UUID]) -> Where:
+    return {RECORD_ID_KEY: {"$in": [str(i) for i in ids]}}
 
 
 class RawChroma:
@@ -50,7 +63,7 @@ class RawChroma:
     def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> dict[str, Any]:
         """The ids, vectors, documents and flat metadata the store would write."""
         return {
-            "ids": [str(r.id) for r in records],
+            "ids": [entry_id(r) for r in records],
             "embeddings": vectors,
             "documents": [encode(r) for r in records],
             "metadatas": [flat_metadata(r, True) for r in records],
@@ -71,13 +84,13 @@ class RawChroma:
         return _parsed((found["documents"] or [[]])[0])
 
     def get(self, scope: Scope, ids: Sequence[UUID]) -> list[Any]:
-        """A scoped read by id, its documents parsed."""
-        found = self._collection.get(ids=[str(i) for i in ids], where=_scoped(scope), include=["documents"])
+        """A scoped read by record id, its documents parsed."""
+        found = self._collection.get(where=_scoped(scope, _of_ids(ids)), include=["documents"])
         return _parsed(found["documents"])
 
     def delete(self, scope: Scope, ids: Sequence[UUID]) -> None:
-        """A scoped delete by id."""
-        self._collection.delete(ids=[str(i) for i in ids], where=_scoped(scope))
+        """A scoped delete by record id."""
+        self._collection.delete(where=_scoped(scope, _of_ids(ids)))
 
     def close(self) -> None:
         """Close the client."""

@@ -113,7 +113,8 @@ def unmark(path: Path, name: str) -> None:
 
 
 def drop_unapplied(path: Path, collection_id: str, ids: list[str]) -> int:
-    """Remove from the log the writes of ``ids`` that the collection's metadata segment never applied.
+    """Remove from the log the writes of the entries ``ids`` (Chroma ids, not record ids) that the
+    collection's metadata segment never applied.
 
     Chroma appends a write to its log, then applies it; when applying fails (a full disk: "Failed
     to apply logs to the metadata segment") the call raises but the entry stays, so it would be

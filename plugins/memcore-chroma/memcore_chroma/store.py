@@ -5,6 +5,10 @@ All three share :class:`ChromaStoreBase`; they differ in how they connect
 store is one Chroma collection (cosine space) holding records laid out as
 :mod:`memcore_chroma.encoding` describes; the collection's metadata keeps the
 format, the vector dimension and the embedder binding, so they survive reopen.
+A record is its exact scope plus its id: its entry is named by both
+(:func:`~memcore_chroma.encoding.entry_id`), and reads by id select on the
+record's id in the entry's metadata within the scope, so that a wide scope finds
+the id's record in each of its exact scopes.
 
 Reads compile the scope and the filter into one ``where``
 (:mod:`memcore_chroma.filters`). When that ``where`` is exact, counts and
@@ -32,7 +36,6 @@ from chromadb.errors import NotFoundError
 from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
-    IdConflictError,
     InvalidInputError,
     StoreError,
 )
@@ -45,24 +48,27 @@ from memcore_chroma import connection, erasure, recovery, urls
 from memcore_chroma.connection import Connection
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
+    RECORD_ID_KEY,
     VECTOR_KEY,
     Where,
     all_of,
     decode,
     decode_found,
     encode,
+    entry_id,
     epoch_micros,
     flat_metadata,
     placeholder_vectors,
     scope_clauses,
-    stored_scope,
 )
 from memcore_chroma.errors import ExclusiveMaintenanceError, translated
 from memcore_chroma.filters import CompiledFilter, compile_filter
 from memcore_chroma.opening import (
     DEFAULT_COLLECTION,
+    FORMAT,
     META_DIMENSION,
     META_EMBEDDER,
+    META_FORMAT,
     META_INDEX_DIMENSION,
     META_SCOPE_KEYS,
     REBUILD_SUFFIX,
@@ -75,6 +81,7 @@ from memcore_chroma.opening import (
     ef_search_of,
     find,
     int_value,
+    migrate_entry_ids,
     open_collection,
     settled,
 )
@@ -145,6 +152,9 @@ class ChromaStoreBase(BaseStore):
                     if meta.get(META_SCOPE_KEYS) is not True:
                         backfill_scope_keys(self._collection)
                         meta[META_SCOPE_KEYS] = True
+                    if meta[META_FORMAT] != FORMAT:
+                        migrate_entry_ids(self._collection)
+                        meta[META_FORMAT] = FORMAT
                 if meta != self._meta:
                     self._write_meta(meta)
                 if ef_search is not None and ef_search_of(self._collection) != ef_search:
@@ -268,30 +278,35 @@ class ChromaStoreBase(BaseStore):
             self._call("reading records", lambda c: c.get(ids=chosen, where=where, include=["documents"]))
         )
 
-    def _matching_ids(self, scope: Scope, node: Filter | None) -> tuple[list[str], Where | None]:
-        """The ids of the records in ``scope`` that match ``node``, and a ``where`` selecting them."""
+    def _matching_entries(self, scope: Scope, node: Filter | None) -> tuple[list[str], Where | None]:
+        """The entry ids of the records in ``scope`` that match ``node``, and a ``where`` selecting them."""
         compiled = compile_filter(node)
         if compiled.nothing:
             return [], None
         where = self._where(scope, compiled)
         if compiled.exact:
             return self._call("finding records", lambda c: c.get(where=where, include=[]))["ids"], where
-        return [str(r.id) for r in self._candidates(where) if compiled.admits(node, r)], where
+        return [entry_id(r) for r in self._candidates(where) if compiled.admits(node, r)], where
+
+    @staticmethod
+    def _of_ids(scope: Scope, ids: list[UUID]) -> Iterator[Where | None]:
+        """``where`` documents selecting the records of ``ids`` in ``scope``, in every exact scope
+        within it (:data:`PAGE_SIZE` ids each)."""
+        for chunk in _chunks(ids, PAGE_SIZE):
+            yield all_of([*scope_clauses(scope), {RECORD_ID_KEY: {"$in": [str(i) for i in chunk]}}])
 
     # -- writing ---------------------------------------------------------------
 
     def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
-        ids = [str(record.id) for record in records]
+        entries = [entry_id(record) for record in records]
         with self._connection.write_lock:
-            existing = self._call("checking record ids", lambda c: c.get(ids=ids, include=["metadatas"]))
-            scopes = {str(record.id): record.scope.as_tuple() for record in records}
-            previous: dict[str, set[str]] = {}
-            for record_id, meta in zip(existing["ids"], existing["metadatas"] or [], strict=True):
-                if stored_scope(dict(meta)) != scopes[record_id]:
-                    raise IdConflictError(
-                        f"record id {record_id} is already used by a record of another scope"
-                    )
-                previous[record_id] = set(meta)
+            existing = self._call(
+                "reading replaced records", lambda c: c.get(ids=entries, include=["metadatas"])
+            )
+            previous = {
+                entry: set(meta)
+                for entry, meta in zip(existing["ids"], existing["metadatas"] or [], strict=True)
+            }
             meta = self._meta if settled(self._meta) else self._fresh_meta()
             if vectors is None:
                 embeddings, updates = self._stand_ins(meta, len(records))
@@ -300,18 +315,18 @@ class ChromaStoreBase(BaseStore):
                 embeddings = vectors
             documents = [encode(record) for record in records]
             metadatas = [flat_metadata(record, vectors is not None) for record in records]
-            for record_id, flat in zip(ids, metadatas, strict=True):
+            for entry, flat in zip(entries, metadatas, strict=True):
                 # Chroma's upsert merges metadata into the entry's: a key the new version lacks
                 # would keep the old value (and match filters on it) unless removed with None.
-                for key in previous.get(record_id, set()) - flat.keys():
+                for key in previous.get(entry, set()) - flat.keys():
                     flat[key] = None  # type: ignore[assignment]
             for start in range(0, len(records), PAGE_SIZE):
                 batch = slice(start, start + PAGE_SIZE)
-                with self._undone_on_failure(ids[batch]):
+                with self._undone_on_failure(entries[batch]):
                     self._call(
                         "writing records",
                         lambda c, batch=batch: c.upsert(  # type: ignore[misc]
-                            ids=ids[batch],
+                            ids=entries[batch],
                             embeddings=embeddings[batch],
                             documents=documents[batch],
                             metadatas=metadatas[batch],
@@ -356,7 +371,7 @@ class ChromaStoreBase(BaseStore):
         }
 
     def _delete_ids(self, ids: Sequence[str], where: Where | None) -> int:
-        """Delete these ids, but only where ``where`` still holds (another writer may have moved one).
+        """Delete these entries, but only where ``where`` still holds (another writer may have moved one).
 
         Returns the count Chroma reports where it reports one, else how many ids were given.
         """
@@ -399,40 +414,44 @@ class ChromaStoreBase(BaseStore):
             raise
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
-        wanted = [str(record_id) for record_id in dict.fromkeys(ids)]
-        where = all_of(scope_clauses(scope))
         with self._connection.write_lock:
-            if not self._connection.counts_deletes:
-                found = self._call("finding records", lambda c: c.get(ids=wanted, where=where, include=[]))
-                wanted = found["ids"]
-            return self._delete_ids(wanted, where)
+            entries = [
+                entry
+                for where in self._of_ids(scope, ids)
+                for entry in self._call(
+                    "finding records",
+                    lambda c, where=where: c.get(where=where, include=[]),  # type: ignore[misc]
+                )["ids"]
+            ]
+            return self._delete_ids(entries, all_of(scope_clauses(scope)))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._connection.write_lock:
-            ids, where = self._matching_ids(scope, node)
-            return self._delete_ids(ids, where)
+            entries, where = self._matching_entries(scope, node)
+            return self._delete_ids(entries, where)
 
     # -- reading ---------------------------------------------------------------
 
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
-        return self._candidates(all_of(scope_clauses(scope)), [str(record_id) for record_id in ids])
+        return [record for where in self._of_ids(scope, ids) for record in self._candidates(where)]
 
-    def _vectors(self, scope: Scope, ids: list[UUID]) -> dict[UUID, Matrix]:
-        where = all_of(scope_clauses(scope))
-        found = self._call(
-            "reading vectors",
-            lambda c: c.get(ids=[str(i) for i in ids], where=where, include=["embeddings", "metadatas"]),
-        )
-        embeddings = found["embeddings"] if found["embeddings"] is not None else []
-        rows = zip(found["ids"], embeddings, found["metadatas"] or [], strict=True)
-        return {
-            UUID(record_id): np.asarray(vector, dtype=np.float32)
-            for record_id, vector, meta in rows
-            if meta.get(VECTOR_KEY) is True  # records without a vector hold a stand-in
-        }
+    def _vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
+        found: list[tuple[UUID, Matrix]] = []
+        for where in self._of_ids(scope, ids):
+            page = self._call(
+                "reading vectors",
+                lambda c, where=where: c.get(where=where, include=["embeddings", "metadatas"]),  # type: ignore[misc]
+            )
+            embeddings = page["embeddings"] if page["embeddings"] is not None else []
+            found += [
+                (UUID(str(meta[RECORD_ID_KEY])), np.asarray(vector, dtype=np.float32))
+                for vector, meta in zip(embeddings, page["metadatas"] or [], strict=True)
+                if meta.get(VECTOR_KEY) is True  # records without a vector hold a stand-in
+            ]
+        return found
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
-        return len(self._matching_ids(scope, node)[0])
+        return len(self._matching_entries(scope, node)[0])
 
     def _list(
         self,
@@ -473,7 +492,7 @@ class ChromaStoreBase(BaseStore):
         result: list[MemoryRecord] = []
         for chunk in _chunks(ordered, chunk_size):
             # Scoped again: a record deleted (and its id reused elsewhere) since is skipped.
-            by_id = {str(r.id): r for r in self._candidates(where, chunk)}
+            by_id = {entry_id(r): r for r in self._candidates(where, chunk)}
             result += [by_id[i] for i in chunk if i in by_id and compiled.admits(node, by_id[i])]
             if len(result) >= limit:
                 break

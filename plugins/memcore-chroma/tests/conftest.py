@@ -1,4 +1,5 @@
-"""Fixtures: a real Chroma server for the session, and a shared embedded folder.
+"""Fixtures: a real Chroma server for the session, a shared embedded folder, and ``open_store``
+(a fresh collection, embedded or on the server).
 
 Each conformance test gets a fresh collection (cheap) in a session-wide
 folder or server, instead of a fresh folder or server (expensive).
@@ -9,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from chroma_server import ChromaServer
 from chromadb.errors import NotFoundError
-from memcore_chroma import connection
+from memcore_chroma import ChromaHttpStore, ChromaStore, connection, urls
+from memcore_chroma.store import ChromaStoreBase
 
 # No embedding model download, no telemetry: every vector comes from the tests.
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -56,3 +58,19 @@ def drop_collection(chroma: connection.Connection, name: str) -> None:
             chroma.client.delete_collection(name)
     finally:
         chroma.release()
+
+
+@pytest.fixture(params=["embedded", "server"])
+def open_store(
+    request: pytest.FixtureRequest, tmp_path: Path, collection_name: str
+) -> Iterator[Callable[[], ChromaStoreBase]]:
+    """Opens a store on one fresh collection: embedded in a fresh folder, or on the session's server."""
+    if request.param == "embedded":
+        yield lambda: ChromaStore(tmp_path / "db", collection=collection_name)
+        return
+    server: ChromaServer = request.getfixturevalue("chroma_server")
+    address = urls.ServerAddress("127.0.0.1", server.port, ssl=False)
+    yield lambda: ChromaHttpStore(address, collection=collection_name)
+    drop_collection(
+        connection.http("127.0.0.1", server.port, False, address.tenant, address.database), collection_name
+    )

@@ -15,9 +15,8 @@ from uuid import uuid4
 import numpy as np
 import pytest
 from chroma_server import ChromaServer
-from conftest import drop_collection
-from memcore_chroma import ChromaHttpStore, ChromaStore, connection, erasure, urls
-from memcore_chroma.encoding import SCOPE_KEY
+from memcore_chroma import ChromaHttpStore, ChromaStore, erasure, urls
+from memcore_chroma.encoding import SCOPE_KEY, entry_id
 from memcore_chroma.opening import META_SCOPE_KEYS
 from memcore_chroma.store import ChromaStoreBase
 from test_erasure import _spare_bytes
@@ -39,22 +38,6 @@ LEVELS = [
 ]
 
 
-@pytest.fixture(params=["embedded", "server"])
-def open_store(
-    request: pytest.FixtureRequest, tmp_path: Path, collection_name: str
-) -> Iterator[Callable[[], ChromaStoreBase]]:
-    """Opens a store on one fresh collection: embedded in a fresh folder, or on the session's server."""
-    if request.param == "embedded":
-        yield lambda: ChromaStore(tmp_path / "db", collection=collection_name)
-        return
-    server: ChromaServer = request.getfixturevalue("chroma_server")
-    address = urls.ServerAddress("127.0.0.1", server.port, ssl=False)
-    yield lambda: ChromaHttpStore(address, collection=collection_name)
-    drop_collection(
-        connection.http("127.0.0.1", server.port, False, address.tenant, address.database), collection_name
-    )
-
-
 # -- exact scopes ----------------------------------------------------------------------------------
 
 
@@ -66,7 +49,7 @@ def test_a_collection_written_before_scope_keys_is_backfilled_at_open(
         store.add(records, random_vectors(len(records)))
 
         def as_before(collection: object) -> None:  # what an older memcore-chroma left
-            ids = [str(r.id) for r in records]
+            ids = [entry_id(r) for r in records]
             collection.update(ids=ids, metadatas=[{SCOPE_KEY: None}] * len(ids))  # type: ignore[attr-defined]
             meta = dict(collection.metadata or {})  # type: ignore[attr-defined]
             collection.modify(metadata={**meta, META_SCOPE_KEYS: False})  # type: ignore[attr-defined]

@@ -15,7 +15,6 @@ from memcore_chroma.urls import ServerAddress, dimension_param, embedded_path, s
 from memcore import open_store
 from memcore.errors import (
     DimensionMismatchError,
-    IdConflictError,
     InvalidInputError,
     StoreLockedError,
 )
@@ -115,17 +114,6 @@ def test_integers_beyond_float_precision_round_trip_and_filter_exactly(tmp_path:
         assert store.count(scope, filter={"metadata.n": {"$gt": 2**53}}) == 3
         assert store.count(scope, filter={"metadata.n": {"$nin": [2**63 - 1, 1e300]}}) == 4
         assert store.count(scope, filter={"metadata.n": {"$lt": 1e300}}) == 5
-
-
-def test_an_id_of_another_scope_is_refused_in_a_mixed_batch(tmp_path: Path) -> None:
-    owner, intruder = Scope(tenant="a"), Scope(tenant="b")
-    original = make_record(owner)
-    with ChromaStore(tmp_path) as store:
-        store.add([original])
-        fresh = make_record(intruder)
-        with pytest.raises(IdConflictError):
-            store.add([fresh, original.model_copy(update={"scope": intruder})])
-        assert store.count(intruder) == 0
 
 
 def test_memory_stores_are_isolated_from_each_other() -> None:

@@ -1,0 +1,116 @@
+"""A record is its exact scope plus its id: how entries are named, and how format 1 is migrated."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from chromadb.api.models.Collection import Collection
+from memcore_chroma import ChromaMemoryStore
+from memcore_chroma import store as store_module
+from memcore_chroma.encoding import RECORD_ID_KEY, entry_id
+from memcore_chroma.opening import FORMAT, FORMAT_1, META_FORMAT
+from memcore_chroma.store import PAGE_SIZE, ChromaStoreBase
+
+from memcore.errors import AmbiguousIdError
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope, storage_id
+from memcore.testing.helpers import make_record, random_vectors
+
+OWNER, OTHER = Scope(tenant="t", user_id="u"), Scope(tenant="t", user_id="v")
+
+
+def _entries(store: ChromaStoreBase) -> dict[str, dict[str, Any]]:
+    """Every entry of the store's collection: its Chroma id and its metadata."""
+    found = store._call("reading every entry", lambda c: c.get(include=["metadatas"]))
+    return {i: dict(meta) for i, meta in zip(found["ids"], found["metadatas"] or [], strict=True)}
+
+
+def _twin(record: MemoryRecord, scope: Scope, content: str) -> MemoryRecord:
+    return record.model_copy(update={"scope": scope, "message": Message(role="user", content=content)})
+
+
+def test_entries_are_named_by_scope_and_id_and_keep_the_record_id(
+    open_store: Callable[[], ChromaStoreBase],
+) -> None:
+    mine = make_record(OWNER, "mine", minute=1)
+    theirs, fresh = _twin(mine, OTHER, "theirs"), make_record(OTHER, "fresh", minute=2)
+    with open_store() as store:
+        store.add([mine], random_vectors(1, seed=1))
+        store.add([fresh, theirs], random_vectors(2, seed=2))  # one batch: no record blocks another
+        entries = _entries(store)
+        assert set(entries) == {str(storage_id(r.scope, r.id)) for r in (mine, theirs, fresh)}
+        assert {meta[RECORD_ID_KEY] for meta in entries.values()} == {str(mine.id), str(fresh.id)}
+        assert store.get(OWNER, [mine.id]) == [mine]
+        assert store.get(Scope(tenant="t"), [mine.id]) == [mine, theirs]
+        assert set(store.vectors(OTHER, [mine.id, fresh.id])) == {mine.id, fresh.id}
+        with pytest.raises(AmbiguousIdError):
+            store.vectors(Scope(tenant="t"), [mine.id])
+        assert store.delete(Scope(tenant="t"), [mine.id]) == 2
+        assert store.get(Scope(tenant="t"), [mine.id, fresh.id]) == [fresh]
+
+
+def test_reads_and_deletes_by_more_ids_than_a_page() -> None:
+    records = [make_record(OWNER, f"r{i}") for i in range(PAGE_SIZE + 200)]
+    ids = [r.id for r in records]
+    with ChromaMemoryStore() as store:
+        store.add(records, random_vectors(len(records)))
+        assert store.get(OWNER, ids) == records
+        assert len(store.vectors(OWNER, ids)) == len(records)
+        assert store.delete(Scope(tenant="t"), ids) == len(records)
+        assert store.count(OWNER) == 0
+
+
+def _as_format_1(collection: Collection, interrupted: MemoryRecord) -> None:
+    """Rewrite the collection as memcore-chroma's format 1 left it: entries named by their record's
+    id, without the record-id key. ``interrupted`` keeps its new entry too, as a migration that
+    stopped between writing an entry anew and deleting the old one leaves it."""
+    found = collection.get(include=["embeddings", "documents", "metadatas"])
+    metadatas = [dict(meta) for meta in found["metadatas"] or []]
+    record_ids = [str(meta.pop(RECORD_ID_KEY)) for meta in metadatas]
+    collection.delete(ids=[i for i in found["ids"] if i != entry_id(interrupted)])
+    collection.add(
+        ids=record_ids,
+        embeddings=np.asarray(found["embeddings"], dtype=np.float32),
+        documents=found["documents"],
+        metadatas=metadatas,  # type: ignore[arg-type]
+    )
+    collection.modify(metadata={**(collection.metadata or {}), META_FORMAT: FORMAT_1})
+
+
+def test_a_format_1_collection_is_migrated_at_open(
+    open_store: Callable[[], ChromaStoreBase], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wide = Scope(tenant="t")
+    records = [make_record(OWNER, f"owner {i}", minute=i, metadata={"n": i}) for i in range(4)]
+    records += [make_record(OTHER, "other", minute=9)]
+    plain = make_record(OWNER.model_copy(update={"session_id": "s"}), "no vector", minute=5)
+    vectors = random_vectors(len(records), seed=4)
+    with open_store() as store:
+        store.add(records, vectors)
+        store.add([plain])
+        store._call("making the collection format 1", lambda c: _as_format_1(c, records[0]))
+        assert str(records[1].id) in _entries(store)
+    everything = [*records, plain]
+    with open_store() as reopened:
+        moved = {i: meta[RECORD_ID_KEY] for i, meta in _entries(reopened).items()}
+        assert moved == {entry_id(r): str(r.id) for r in everything}, "old entries gone, each moved once"
+        assert reopened._fresh_meta()[META_FORMAT] == FORMAT
+        assert reopened.get(wide, [r.id for r in everything]) == everything
+        assert reopened.list(OWNER, filter={"metadata.n": {"$gte": 2}}) == records[2:4]
+        assert reopened.count(OWNER) == 5
+        assert reopened.search(OWNER, vector=vectors[3], limit=1)[0].record == records[3]
+        vectors_back = reopened.vectors(wide, [r.id for r in everything])
+        assert set(vectors_back) == {r.id for r in records}
+        expected = vectors[1] / np.linalg.norm(vectors[1])
+        assert np.allclose(vectors_back[records[1].id], expected, atol=1e-5)
+        twin = _twin(records[1], OTHER, "twin")
+        reopened.add([twin], random_vectors(1, seed=5))
+        assert reopened.get(wide, [records[1].id]) == [records[1], twin]
+        assert reopened.delete(OWNER, [records[1].id, plain.id]) == 2
+        assert reopened.get(wide, [records[1].id, plain.id]) == [twin]
+    monkeypatch.setattr(store_module, "migrate_entry_ids", None)  # the format says it is done
+    with open_store() as again:
+        assert again.count(wide) == 5
