@@ -10,10 +10,16 @@ the cosine vector ``dense`` (``create_vector_name``, Qdrant 1.18), so records
 without vectors can be written before the dimension is known. Text search uses
 ``MatchSubstring`` (Qdrant 1.20): :func:`check_server_version` refuses older
 servers when the store opens. On a server, the scope fields get keyword payload
-indexes (``tenant`` with ``is_tenant=True``), as do ``role`` and ``kind``;
+indexes (``tenant`` with ``is_tenant=True``), as do ``role``, ``kind`` and ``record_id``;
 ``created_at`` gets an integer index for ordered reads. Every open creates the
 indexes that are missing, so a creation cut short by a crash is completed.
 The vector-space binding lives in the collection's metadata.
+
+A collection of an earlier layout is brought up to date when it opens (each step
+marked done in the metadata last, so one a crash cut short runs again): one made
+before keyword search gains the ``keywords`` vector (:meth:`ClientEngine._add_keywords`),
+and one whose point ids were record ids has each point moved to its record's
+:func:`~memcore.scope.storage_id` (:meth:`ClientEngine._rekey`).
 
 Several clients may share a collection, so what this engine knows of it is
 re-read whenever it could be stale: while it has seen no ``dense`` vector or no
@@ -31,6 +37,8 @@ from uuid import UUID
 from qdrant_client import QdrantClient, models
 
 from memcore.errors import DimensionMismatchError, EmbedderMismatchError, StoreCorruptedError
+from memcore.records import MemoryRecord
+from memcore.scope import storage_id
 from memcore.store import VectorSpace
 from memcore_qdrant import payload as fields
 from memcore_qdrant.engine import (
@@ -64,6 +72,9 @@ SPACE_KEY = "memcore_vector_space"
 
 KEYWORDS_KEY = "memcore_keywords"
 """Set in the collection's metadata once every point has its ``keywords`` vector and ``terms``."""
+
+STORAGE_IDS_KEY = "memcore_storage_ids"
+"""Set in the collection's metadata once every point's id is its record's storage id."""
 
 MIN_SERVER_VERSION = (1, 20)
 """The oldest Qdrant server the plugin works with: ``MatchSubstring`` (text search) came in 1.20,
@@ -162,6 +173,15 @@ def _keyword_updates(points: Sequence[Point]) -> list[models.UpdateOperation]:
     return operations
 
 
+def _readable(points: Sequence[Point]) -> Iterator[tuple[Point, MemoryRecord]]:
+    """Each point whose payload holds a readable record, with that record."""
+    for point in points:
+        try:
+            yield point, fields.from_payload(point.payload)
+        except StoreCorruptedError:
+            continue
+
+
 class ClientEngine:
     """One collection reached through a :class:`~qdrant_client.QdrantClient`.
 
@@ -192,8 +212,11 @@ class ClientEngine:
         info = self._refresh()
         if server:
             self._ensure_indexes(info.payload_schema or {})
-        if not (info.config.metadata or {}).get(KEYWORDS_KEY):
+        metadata = info.config.metadata or {}
+        if not metadata.get(KEYWORDS_KEY):
             self._add_keywords(info)
+        if not metadata.get(STORAGE_IDS_KEY):
+            self._rekey()
 
     def _add_keywords(self, info: models.CollectionInfo) -> None:
         """Give a collection made before keyword search its ``keywords`` vector and every point its terms.
@@ -218,6 +241,51 @@ class ClientEngine:
             if page:
                 self._client.batch_update_points(self._collection, _keyword_updates(page), wait=True)
         self._client.update_collection(self._collection, metadata={KEYWORDS_KEY: True})
+
+    def _rekey(self) -> None:
+        """Move each point whose id is its record's id (the first layout, without a ``record_id``
+        field) to its record's storage id, in the current layout, with its vector.
+
+        Page by page, the new points are written before the old ones are deleted, so a run a crash
+        cut short loses nothing and the next open finishes it. A new id already holding a current
+        point (the same record, moved by a run cut short or written since) is left as it is. One
+        holding a point of the first layout (whose record id was chosen equal to this storage id)
+        waits for another pass, once that point has moved. Points without a readable record stay.
+        """
+        legacy = models.Filter(
+            must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=fields.RECORD_ID))]
+        )
+        waiting = True
+        while waiting:
+            waiting = moved = False
+            for page in self._pages(legacy, with_vectors=True, limit=None, whole_payload=True):
+                targets = {storage_id(r.scope, r.id): (p, r) for p, r in _readable(page)}
+                if not targets:
+                    continue
+                held = self.scroll(Clause(must=(HasId(tuple(targets)),)), whole_payload=True)
+                current = {p.id: fields.RECORD_ID in p.payload for p in held}
+                new = [
+                    Point(target, fields.to_payload(record), point.vector)
+                    for target, (point, record) in targets.items()
+                    if target not in current
+                ]
+                # The old point goes once its new id is free (written just now) or holds a current point.
+                old: list[models.ExtendedPointId] = [
+                    point.id for target, (point, _) in targets.items() if current.get(target, True)
+                ]
+                waiting = waiting or len(old) < len(targets)
+                moved = moved or bool(old)
+                if new:
+                    self.upsert(new)
+                if old:
+                    selector = models.PointIdsList(points=old)
+                    self._client.delete(self._collection, points_selector=selector, wait=True)
+            if waiting and not moved:
+                raise StoreCorruptedError(
+                    f"the collection {self._collection!r} at {self.location} has points whose new ids "
+                    "hold one another; restore it from a backup"
+                )
+        self._client.update_collection(self._collection, metadata={STORAGE_IDS_KEY: True})
 
     def _refresh(self) -> models.CollectionInfo:
         """Read the collection's dense vector and binding again (another client may have set them)."""

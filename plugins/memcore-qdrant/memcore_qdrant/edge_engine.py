@@ -3,7 +3,7 @@
 Layout of an embedded store's folder::
 
     .lock           flock held by the one process that has the store open
-    memcore.json    format and vector-space binding (see :mod:`memcore_qdrant.meta`)
+    memcore.json    format, schema version and vector-space binding (see :mod:`memcore_qdrant.meta`)
     shard/          the Qdrant Edge shard (WAL, segments, edge_config.json)
 
 A shard needs a vector at creation, but memcore learns the dimension only from
@@ -11,7 +11,7 @@ the first vector written; the shard is therefore created with the ``keywords``
 sparse vector alone (:mod:`memcore_qdrant.keywords`; shards made before it have an
 unused :data:`PLACEHOLDER` instead, and are rebuilt with it when they open) and gains
 the ``dense`` cosine vector later. The
-scope fields, ``role`` and ``kind`` get keyword indexes (``tenant`` with
+scope fields, ``role``, ``kind`` and ``record_id`` get keyword indexes (``tenant`` with
 ``is_tenant``) and ``created_at`` an integer index, which ordered reads need.
 Every open creates whichever of these indexes is missing, so a shard whose
 creation a crash cut short (config written, indexes not yet) is completed.
@@ -22,7 +22,12 @@ and fast for agent memory (see the plugin README for the measurements).
 :meth:`EdgeEngine.purge` rebuilds the shard from its live points in
 ``shard.new`` and swaps it in, so deleted records leave no bytes behind (the WAL
 included), copying one page of points at a time; :func:`_recover` finishes or
-discards a swap a crash interrupted.
+discards a swap a crash interrupted. The copy is also how a shard of an earlier layout
+is brought up to date when it opens: one made before keyword search, or one whose
+point ids were record ids (schema version 1 in ``memcore.json``, or no ``memcore.json``),
+is rebuilt with each point under its record's :func:`~memcore.scope.storage_id`
+(:func:`_current`), then ``memcore.json`` records the current schema version. A
+rebuild a crash cut short is discarded and runs again at the next open.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from uuid import UUID
 
 import qdrant_edge as edge
 
+from memcore.errors import StoreCorruptedError
+from memcore.scope import storage_id
 from memcore.store import VectorSpace
 from memcore_qdrant import meta
 from memcore_qdrant import payload as fields
@@ -144,11 +151,20 @@ def ensure_indexes(shard: edge.EdgeShard) -> None:
         shard.update(edge.UpdateOperation.create_field_index(fields.CREATED_AT, created_at))
 
 
-def _with_terms(point: Point) -> Point:
-    """``point``, its payload completed with ``terms`` if it was written before them."""
-    if fields.TERMS in point.payload:
+def _current(point: Point) -> Point:
+    """``point`` in the current layout.
+
+    A point written before the ``record_id`` payload field (its id was its record's id, and it
+    may lack ``terms``) is rebuilt from its record, under the record's storage id. One without a
+    readable record is kept as it is (reading it raises :class:`~memcore.errors.StoreCorruptedError`).
+    """
+    if fields.RECORD_ID in point.payload:
         return point
-    return Point(point.id, fields.with_terms(point.payload), point.vector)
+    try:
+        record = fields.from_payload(point.payload)
+    except StoreCorruptedError:
+        return point
+    return Point(storage_id(record.scope, record.id), fields.to_payload(record), point.vector)
 
 
 def _recover(root: Path) -> None:
@@ -222,35 +238,38 @@ class EdgeEngine:
         self._room = Watermark(root)
         _recover(root)
         shard_path = root / SHARD
+        version = meta.read_version(root)
+        self._space = meta.read_space(root)
         if (shard_path / "edge_config.json").exists():
             config = _read_config(shard_path)
             self._dimension = _dense_vector(config, shard_path)
+            if self._space is not None and self._dimension not in (None, self._space.dimension):
+                raise IncompatibleCollectionError(
+                    f"the shard at {shard_path} holds {self._dimension}-dimensional vectors but the store "
+                    f"is bound to {self._space.embedder!r} ({self._space.dimension} dimensions)"
+                )
+            # Made before keyword search or before storage ids: rebuilt in the current layout.
+            outdated = (
+                KEYWORD_VECTOR not in (config.get("sparse_vectors") or {}) or version != meta.SCHEMA_VERSION
+            )
             self._shard = edge.EdgeShard.load(str(shard_path))
-            try:
-                ensure_indexes(self._shard)  # a creation cut short by a crash left some out
-            except BaseException:
-                self._shard.close()
-                raise
-            if KEYWORD_VECTOR not in (config.get("sparse_vectors") or {}):
-                try:
-                    self.purge()  # made before keyword search: rebuilt with its terms
-                except BaseException:
-                    with contextlib.suppress(Exception):  # purge may have closed it already
-                        self._shard.close()
-                    raise
         else:
             if shard_path.exists():
                 shutil.rmtree(shard_path)  # a creation that crashed before writing its config
             self._room.check("create the shard")
             self._dimension = None
+            outdated = False
             self._shard = _create_shard(shard_path)
-        self._space = meta.read_space(root)
-        if self._space is not None and self._dimension not in (None, self._space.dimension):
-            self._shard.close()
-            raise IncompatibleCollectionError(
-                f"the shard at {shard_path} holds {self._dimension}-dimensional vectors but the store is "
-                f"bound to {self._space.embedder!r} ({self._space.dimension} dimensions)"
-            )
+        try:
+            ensure_indexes(self._shard)  # a creation cut short by a crash left some out
+            if outdated:
+                self.purge()
+            if version != meta.SCHEMA_VERSION:
+                meta.write_space(root, self._space)  # last: a rebuild cut short runs again
+        except BaseException:
+            with contextlib.suppress(Exception):  # purge may have closed it already
+                self._shard.close()
+            raise
         _engines.add(self)
 
     def dimension(self) -> int | None:
@@ -381,7 +400,7 @@ class EdgeEngine:
                 )
             for page in self._pages(render_filter(Clause()), with_vectors=True, whole_payload=True):
                 if page:
-                    points = [_edge_point(_with_terms(p)) for p in page]
+                    points = [_edge_point(_current(p)) for p in page]
                     rebuilt.update(edge.UpdateOperation.upsert_points(points))
             rebuilt.flush()
         finally:

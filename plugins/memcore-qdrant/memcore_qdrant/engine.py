@@ -44,7 +44,8 @@ Direction = Literal["asc", "desc"]
 
 @dataclass(frozen=True)
 class Point:
-    """A stored point: the record's UUID, its payload, and its unit vector if it has one."""
+    """A stored point: its id (its record's :func:`~memcore.scope.storage_id`), its payload, and its
+    unit vector if it has one."""
 
     id: UUID
     payload: dict[str, Any]
@@ -53,7 +54,7 @@ class Point:
 
 @dataclass(frozen=True)
 class Hit:
-    """A vector search result: cosine similarity as Qdrant computed it."""
+    """A search result: the point's id, its score as Qdrant computed it (cosine similarity, or BM25)."""
 
     id: UUID
     score: float

@@ -242,6 +242,16 @@ def within(node: Filter | None, after: datetime | None, before: datetime | None)
     return bounds[0] if len(bounds) == 1 else And(tuple(bounds))
 
 
+def with_ids(ids: Sequence[UUID]) -> Condition:
+    """The records with one of these ids, in whichever scopes (a match on the ``record_id`` field).
+
+    Not :class:`HasId`: a point's id is its record's storage id (:func:`memcore.scope.storage_id`).
+    """
+    if not ids:
+        return NOTHING
+    return MatchAny(fields.RECORD_ID, tuple(str(record_id) for record_id in ids))
+
+
 def text_contains(text: str) -> Condition:
     """Case-insensitive substring search, on the case-folded copy of the content."""
     return MatchSubstring(fields.TEXT, text.casefold())

@@ -1,4 +1,4 @@
-"""``memcore.json``: what memcore keeps beside an embedded shard (format, vector space)."""
+"""``memcore.json``: what memcore keeps beside an embedded shard (format, schema version, vector space)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ from memcore.errors import StoreCorruptedError
 from memcore.store import VectorSpace
 
 FORMAT = "memcore-qdrant"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: a point's id is its record's :func:`~memcore.scope.storage_id`, the record id is in its payload.
+1: a point's id was its record's id (such a shard is rebuilt when it opens)."""
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
 FILE_NAME = "memcore.json"
 
 
-def read_space(root: Path) -> VectorSpace | None:
-    """The vector space recorded under ``root``, or ``None`` (also when no file exists yet).
+def _read(root: Path) -> dict[str, Any] | None:
+    """The contents of the file under ``root``, or ``None`` when there is none yet.
 
     :raises StoreCorruptedError: if the file is unreadable or not one this plugin wrote.
     """
@@ -32,9 +35,32 @@ def read_space(root: Path) -> VectorSpace | None:
     if (
         not isinstance(data, dict)
         or data.get("format") != FORMAT
-        or data.get("schema_version") != SCHEMA_VERSION
+        or data.get("schema_version") not in READABLE_VERSIONS
     ):
-        raise StoreCorruptedError(f"{path} is not a {FORMAT} v{SCHEMA_VERSION} metadata file")
+        raise StoreCorruptedError(
+            f"{path} is not a {FORMAT} metadata file of schema version {SCHEMA_VERSION} or earlier"
+        )
+    return data
+
+
+def read_version(root: Path) -> int | None:
+    """The schema version recorded under ``root`` (``None`` when no file exists yet).
+
+    :raises StoreCorruptedError: if the file is unreadable or not one this plugin wrote.
+    """
+    data = _read(root)
+    return None if data is None else int(data["schema_version"])
+
+
+def read_space(root: Path) -> VectorSpace | None:
+    """The vector space recorded under ``root``, or ``None`` (also when no file exists yet).
+
+    :raises StoreCorruptedError: if the file is unreadable or not one this plugin wrote.
+    """
+    data = _read(root)
+    if data is None:
+        return None
+    path = root / FILE_NAME
     space = data.get("vector_space")
     if space is None:
         return None
@@ -45,7 +71,8 @@ def read_space(root: Path) -> VectorSpace | None:
 
 
 def write_space(root: Path, space: VectorSpace | None) -> None:
-    """Record ``space`` under ``root``, atomically (temporary file, fsync, rename)."""
+    """Record ``space`` and :data:`SCHEMA_VERSION` under ``root``, atomically (temporary file, fsync,
+    rename)."""
     body = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,

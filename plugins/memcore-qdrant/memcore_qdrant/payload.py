@@ -3,6 +3,8 @@
 A point's payload holds the record twice: once as its exact JSON (``record``),
 from which reads rebuild it, and once as fields shaped for Qdrant's filters:
 
+* ``record_id``: the record's id. A record is its exact scope plus its id, so the point's id is
+  :func:`memcore.scope.storage_id` of the two, and reads by id match this field (and the scope);
 * the scope fields ``tenant``, ``user_id``, ``agent_id``, ``session_id`` (absent when unset),
   and ``scope_keys``: one keyword per non-empty subset of them (:func:`scope_key`), so that any
   read scope is a single indexed match; a scope of two fields as two conditions made Qdrant
@@ -35,6 +37,7 @@ from memcore.scope import SCOPE_FIELDS
 from memcore_qdrant.keywords import SparseVector, distinct_terms, document_vector
 
 RECORD: Final = "record"
+RECORD_ID: Final = "record_id"
 TEXT: Final = "text"
 ROLE: Final = "role"
 KIND: Final = "kind"
@@ -53,7 +56,7 @@ READ_FIELDS: Final = (RECORD, CREATED_AT)
 """What a read asks Qdrant for: turning a whole payload (terms, scope keys, the content again) into
 Python objects made a 50-hit query 26 % slower, only for the record's JSON to be decoded."""
 
-KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND, TERMS)
+KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND, TERMS, RECORD_ID)
 """Payload fields that get a keyword index (the scope fields first)."""
 
 
@@ -103,6 +106,7 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
     text = record.message.content.casefold()
     payload: dict[str, Any] = {
         RECORD: record.model_dump_json(),
+        RECORD_ID: str(record.id),
         TEXT: text,
         TERMS: distinct_terms(text),
         ROLE: record.message.role,
@@ -123,11 +127,6 @@ def keyword_vector(payload: dict[str, Any]) -> SparseVector:
     return document_vector(str(payload.get(TEXT, "")))
 
 
-def with_terms(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload of a point written before keyword search existed, completed with its ``terms``."""
-    return {**payload, TERMS: distinct_terms(str(payload.get(TEXT, "")))}
-
-
 def from_payload(payload: dict[str, Any] | None) -> MemoryRecord:
     """Rebuild the record a point's payload holds.
 
@@ -140,9 +139,3 @@ def from_payload(payload: dict[str, Any] | None) -> MemoryRecord:
         return MemoryRecord.from_stored_json(raw)
     except InvalidInputError as exc:
         raise StoreCorruptedError(f"a Qdrant point holds an invalid memcore record: {exc}") from None
-
-
-def scope_tuple(payload: dict[str, Any] | None) -> tuple[str | None, ...]:
-    """The record's scope, as :meth:`memcore.scope.Scope.as_tuple`, read from the indexed fields."""
-    data = payload or {}
-    return tuple(data.get(name) for name in SCOPE_FIELDS)

@@ -5,10 +5,10 @@ vector and the store's payload indexes (every write maintains them, on both
 sides), written with the same payloads and keyword vectors the store writes
 (made before the clock starts; turning them into
 ``edge.Point`` objects is the client's work, and timed), searched exactly with
-the same single-condition scope filter, its JSON records parsed on read. What
-remains between the two sides is memcore's own work: validation, the
-id-ownership check on add, building payloads, decoding into models, the count
-a delete reports.
+the same single-condition scope filter, its JSON records parsed on read; points are
+keyed by storage id and read or deleted by the ``record_id`` payload field, as the
+store does. What remains between the two sides is memcore's own work: validation,
+building payloads, decoding into models, the count a delete reports.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from uuid import UUID
 import qdrant_edge as edge
 
 from memcore.records import MemoryRecord
-from memcore.scope import Scope
+from memcore.scope import Scope, storage_id
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
 from memcore_qdrant.edge_engine import ensure_indexes
@@ -33,6 +33,10 @@ from memcore_qdrant.keywords import KEYWORD_VECTOR
 def _scoped(scope: Scope, *extra: Any) -> edge.Filter:
     match = edge.MatchValue(fields.scope_key(scope.items()))
     return edge.Filter(must=[edge.FieldCondition(key=fields.SCOPE_KEYS, match=match), *extra])
+
+
+def _with_ids(ids: Sequence[UUID]) -> edge.FieldCondition:
+    return edge.FieldCondition(key=fields.RECORD_ID, match=edge.MatchAny([str(i) for i in ids]))
 
 
 def _parsed(points: Sequence[Any]) -> list[Any]:
@@ -64,13 +68,14 @@ class RawQdrantEdge:
         return self._shard
 
     def prepare(self, records: Sequence[MemoryRecord], vectors: Matrix) -> list[tuple[Any, ...]]:
-        """The ids, vectors, payloads and keyword vectors the store would write (the shard is made on the
-        first call)."""
+        """The point ids, vectors, payloads and keyword vectors the store would write (the shard is made
+        on the first call)."""
         self._created(vectors.shape[1])
         prepared = []
         for record, vector in zip(records, vectors, strict=True):
             payload = fields.to_payload(record)
-            prepared.append((record.id, vector, payload, fields.keyword_vector(payload)))
+            point_id = storage_id(record.scope, record.id)
+            prepared.append((point_id, vector, payload, fields.keyword_vector(payload)))
         return prepared
 
     def add(self, prepared: list[tuple[Any, ...]]) -> None:
@@ -95,14 +100,14 @@ class RawQdrantEdge:
     def get(self, scope: Scope, ids: Sequence[UUID]) -> list[Any]:
         """A scoped read by id, its records parsed."""
         request = edge.ScrollRequest(
-            limit=len(ids), filter=_scoped(scope, edge.HasIdCondition(set(ids))), with_payload=[fields.RECORD]
+            limit=len(ids), filter=_scoped(scope, _with_ids(ids)), with_payload=[fields.RECORD]
         )
         points, _ = self._open.scroll(request)
         return _parsed(points)
 
     def delete(self, scope: Scope, ids: Sequence[UUID]) -> None:
         """A scoped delete by id."""
-        where = _scoped(scope, edge.HasIdCondition(set(ids)))
+        where = _scoped(scope, _with_ids(ids))
         self._open.update(edge.UpdateOperation.delete_points_by_filter(where))
 
     def close(self) -> None:

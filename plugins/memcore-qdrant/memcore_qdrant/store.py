@@ -7,9 +7,10 @@
 
 They differ only in how they connect and in their capabilities. Every read and
 delete sends the scope as top-level ``must`` conditions (:func:`~memcore_qdrant.filters.scoped`);
-a delete by id is ``has_id AND scope``. A vector search whose filter only
-excludes (``$ne``/``$nin``, as recall's roles) checks it on the scope's best hits first
-(:meth:`QdrantStore._best_hits_passing`). Point ids are the record UUIDs. Text
+a read or delete by id matches the ``record_id`` payload field AND the scope. A vector search whose
+filter only excludes (``$ne``/``$nin``, as recall's roles) checks it on the scope's best hits first
+(:meth:`QdrantStore._best_hits_passing`). A record is its exact scope plus its id, so a point's id
+is :func:`~memcore.scope.storage_id` of the two: the same id in two scopes is two points. Text
 search is a case-insensitive substring match on a case-folded copy of the
 content, done by Qdrant (``MatchSubstring``).
 """
@@ -26,11 +27,11 @@ from uuid import UUID
 
 import numpy as np
 
-from memcore.errors import DimensionMismatchError, IdConflictError, InvalidInputError
+from memcore.errors import DimensionMismatchError, InvalidInputError
 from memcore.filters import Filter, evaluate
 from memcore.keywords import idf, terms
 from memcore.records import MemoryRecord, ScoredRecord
-from memcore.scope import Scope
+from memcore.scope import Scope, storage_id
 from memcore.store import BaseStore, Capabilities, Order, VectorSpace
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
@@ -56,6 +57,7 @@ from memcore_qdrant.filters import (
     metadata_indexes,
     scoped,
     text_contains,
+    with_ids,
     within,
 )
 from memcore_qdrant.keywords import query_vector
@@ -128,7 +130,8 @@ class QdrantStore(BaseStore):
         """The native filter of a read: scope, then ``extra``, then the compiled filter.
 
         A filter Qdrant cannot evaluate exactly is evaluated here, over the
-        scope's points, and sent as the ``has_id`` of the records it matched.
+        scope's points, and sent as the ``has_id`` of the points it matched (point ids,
+        not record ids: an id may name a record in several scopes).
         """
         if node is None:
             return scoped(scope, *extra)
@@ -181,18 +184,11 @@ class QdrantStore(BaseStore):
         with self._lock, translated("add records", self.location):
             if vectors is not None:
                 self._ensure_dimension(vectors.shape[1])
-            existing = self._engine.scroll(
-                Clause(must=(HasId(tuple(r.id for r in records)),)), whole_payload=True
-            )
-            owners = {p.id: fields.scope_tuple(p.payload) for p in existing}
-            for record in records:
-                if owners.get(record.id, record.scope.as_tuple()) != record.scope.as_tuple():
-                    raise IdConflictError(
-                        f"record id {record.id} is already used by a record of another scope"
-                    )
             points = [
                 Point(
-                    record.id, fields.to_payload(record), None if vectors is None else vectors[row].tolist()
+                    storage_id(record.scope, record.id),
+                    fields.to_payload(record),
+                    None if vectors is None else vectors[row].tolist(),
                 )
                 for row, record in enumerate(records)
             ]
@@ -200,12 +196,16 @@ class QdrantStore(BaseStore):
 
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
         with self._lock, translated("get records", self.location):
-            return _records(self._engine.scroll(scoped(scope, HasId(tuple(ids)))))
+            return _records(self._engine.scroll(scoped(scope, with_ids(ids))))
 
-    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> dict[UUID, Matrix]:
+    def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
         with self._lock, translated("read vectors", self.location):
-            points = self._engine.scroll(scoped(scope, HasId(tuple(ids))), with_vectors=True)
-        return {p.id: np.asarray(p.vector, dtype=np.float32) for p in points if p.vector is not None}
+            points = self._engine.scroll(scoped(scope, with_ids(ids)), with_vectors=True)
+        return [
+            (fields.from_payload(p.payload).id, np.asarray(p.vector, dtype=np.float32))
+            for p in points
+            if p.vector is not None
+        ]
 
     def _list(
         self,
@@ -294,9 +294,10 @@ class QdrantStore(BaseStore):
             if not weights:
                 return []
             hits = self._engine.keyword_query(query_vector(weights), where, limit or documents)
+            found = [(h.score, fields.from_payload(h.payload)) for h in hits if h.score > 0]
             # Equal scores, newest first (as the exact scan orders them); Qdrant leaves ties unordered.
-            hits.sort(key=lambda h: (-h.score, -h.payload[fields.CREATED_AT], -h.id.int))
-            return [ScoredRecord.of(fields.from_payload(h.payload), h.score) for h in hits if h.score > 0]
+            found.sort(key=lambda hit: (hit[0], _order_key(hit[1])), reverse=True)
+            return [ScoredRecord.of(record, score) for score, record in found]
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock, translated("count records", self.location):
@@ -304,7 +305,7 @@ class QdrantStore(BaseStore):
 
     def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
         with self._lock, translated("delete records", self.location):
-            return self._delete_matching(scoped(scope, HasId(tuple(ids))))
+            return self._delete_matching(scoped(scope, with_ids(ids)))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._lock, translated("delete records", self.location):
@@ -375,8 +376,8 @@ class QdrantServerStore(QdrantStore):
     """``qdrant+http(s)://host:port[/collection]``: a collection (default ``memcore``) on a Qdrant server.
 
     The API key comes from ``$QDRANT_API_KEY``. Several processes may share the
-    collection; id-conflict checks and delete counts are then per call, not
-    transactions across clients.
+    collection; the counts deletes return are then per call, not transactions
+    across clients.
     """
 
     schemes: ClassVar[tuple[str, ...]] = ("qdrant+http", "qdrant+https")

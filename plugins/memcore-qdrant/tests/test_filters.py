@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from memcore_qdrant import QdrantMemoryStore, QdrantStore, edge_engine
+from memcore_qdrant import payload as fields
 from memcore_qdrant.client_engine import render_filter
 from memcore_qdrant.engine import Engine, Hit, Point
 from memcore_qdrant.filters import (
     NOTHING,
     Clause,
     Condition,
-    HasId,
     IsEmpty,
     Match,
     MatchAny,
@@ -194,8 +194,12 @@ def test_every_read_and_delete_sends_the_scope_first(tmp_path: Path) -> None:
         assert len(recorder.filters) >= 8
         for where in recorder.filters:
             assert where.must[:1] == expected
-        deletes = [w for w in recorder.filters if any(isinstance(c, HasId) for c in w.must)]
-        assert Clause(must=(*expected, HasId((records[1].id,)))) in deletes
+        by_id = [w for w in recorder.filters if any(isinstance(c, MatchAny) for c in w.must)]
+        assert by_id == [
+            Clause(must=(*expected, MatchAny(fields.RECORD_ID, (str(records[0].id),)))),
+            Clause(must=(*expected, MatchAny(fields.RECORD_ID, (str(records[1].id),)))),  # counted
+            Clause(must=(*expected, MatchAny(fields.RECORD_ID, (str(records[1].id),)))),  # deleted
+        ]
     finally:
         store.close()
 

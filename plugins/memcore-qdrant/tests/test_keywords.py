@@ -9,7 +9,7 @@ import pytest
 import qdrant_edge as edge
 from memcore_qdrant import QdrantStore, edge_engine
 from memcore_qdrant import payload as fields
-from memcore_qdrant.client_engine import KEYWORDS_KEY
+from memcore_qdrant.client_engine import KEYWORDS_KEY, STORAGE_IDS_KEY
 from memcore_qdrant.connections import DEFAULT_COLLECTION
 from memcore_qdrant.engine import VECTOR_NAME
 from memcore_qdrant.keywords import AVERAGE_TERMS
@@ -70,7 +70,7 @@ def test_a_shard_made_before_keywords_is_rebuilt_with_them(tmp_path: Path) -> No
     old = []
     for record, vector in zip(_records(), vectors, strict=True):
         payload = fields.to_payload(record)
-        del payload[fields.TERMS]
+        del payload[fields.TERMS], payload[fields.RECORD_ID]  # neither existed then
         old.append(edge.Point(record.id, {VECTOR_NAME: vector.tolist()}, payload))
     shard.update(edge.UpdateOperation.upsert_points(old))
     shard.close()
@@ -90,7 +90,7 @@ def test_a_collection_made_before_keywords_gets_them_on_open(tmp_path: Path) -> 
     structs = []
     for record in _records():
         payload = fields.to_payload(record)
-        del payload[fields.TERMS]
+        del payload[fields.TERMS], payload[fields.RECORD_ID]  # neither existed then
         structs.append(models.PointStruct(id=str(record.id), vector={}, payload=payload))
     client.upsert(DEFAULT_COLLECTION, points=structs)
     client.close()
@@ -99,6 +99,9 @@ def test_a_collection_made_before_keywords_gets_them_on_open(tmp_path: Path) -> 
         assert [h.record.message.content for h in hits] == [TEXTS[3], TEXTS[0]]
     client = QdrantClient(path=str(root / "client"))
     try:
-        assert client.get_collection(DEFAULT_COLLECTION).config.metadata == {KEYWORDS_KEY: True}
+        assert client.get_collection(DEFAULT_COLLECTION).config.metadata == {
+            KEYWORDS_KEY: True,
+            STORAGE_IDS_KEY: True,
+        }
     finally:
         client.close()

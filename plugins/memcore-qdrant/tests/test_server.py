@@ -20,7 +20,13 @@ from unittest import mock
 import pytest
 from memcore_qdrant import IncompatibleServerError, QdrantServerStore
 from memcore_qdrant import payload as fields
-from memcore_qdrant.client_engine import KEYWORDS_KEY, MIN_SERVER_VERSION, ClientEngine, check_server_version
+from memcore_qdrant.client_engine import (
+    KEYWORDS_KEY,
+    MIN_SERVER_VERSION,
+    STORAGE_IDS_KEY,
+    ClientEngine,
+    check_server_version,
+)
 from memcore_qdrant.connections import Connection
 from memcore_qdrant.keywords import KEYWORD_VECTOR
 from qdrant_client import QdrantClient
@@ -134,10 +140,14 @@ def test_the_engine_refuses_to_overwrite_a_binding_it_had_not_seen() -> None:
     client.close()
 
 
+UP_TO_DATE = {KEYWORDS_KEY: True, STORAGE_IDS_KEY: True}
+"""The metadata of a collection in the current layout (opening it rewrites nothing)."""
+
+
 def _collection(payload_schema: dict[str, Any]) -> SimpleNamespace:
     params = SimpleNamespace(vectors={}, sparse_vectors={KEYWORD_VECTOR: object()})
     return SimpleNamespace(
-        config=SimpleNamespace(params=params, metadata={KEYWORDS_KEY: True}), payload_schema=payload_schema
+        config=SimpleNamespace(params=params, metadata=UP_TO_DATE), payload_schema=payload_schema
     )
 
 
@@ -184,7 +194,7 @@ def _qdrant_1_20(requests: list[tuple[str, int]]) -> ThreadingHTTPServer:
                 "flush_interval_sec": 5,
             },
             "wal_config": {"wal_capacity_mb": 32, "wal_segments_ahead": 0},
-            "metadata": {KEYWORDS_KEY: True},
+            "metadata": UP_TO_DATE,
         },
         "payload_schema": indexes,
     }
