@@ -22,6 +22,8 @@ case-sensitive.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -37,7 +39,9 @@ from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
     InvalidInputError,
+    MemcoreError,
     StoreError,
+    StoreFullError,
 )
 from memcore.filters import Filter
 from memcore.records import MemoryRecord, ScoredRecord
@@ -61,7 +65,7 @@ from memcore_chroma.encoding import (
     placeholder_vectors,
     scope_clauses,
 )
-from memcore_chroma.errors import ExclusiveMaintenanceError, translated
+from memcore_chroma.errors import ExclusiveMaintenanceError, partly_written, translated
 from memcore_chroma.filters import CompiledFilter, compile_filter
 from memcore_chroma.opening import (
     DEFAULT_COLLECTION,
@@ -95,6 +99,8 @@ __all__ = [
 ]
 
 PAGE_SIZE = 1_000
+FULL_DISK_MARGIN = 64 * 2**20
+"""Free bytes under which a failed embedded write is taken for a full disk (Chroma's error does not say)."""
 """Entries per request when copying a collection or writing a large batch."""
 MIN_OVERFETCH = 64
 """Candidates fetched at least when a search must post-filter; then 4 times more per round."""
@@ -320,18 +326,30 @@ class ChromaStoreBase(BaseStore):
                 # would keep the old value (and match filters on it) unless removed with None.
                 for key in previous.get(entry, set()) - flat.keys():
                     flat[key] = None  # type: ignore[assignment]
-            for start in range(0, len(records), PAGE_SIZE):
-                batch = slice(start, start + PAGE_SIZE)
-                with self._undone_on_failure(entries[batch]):
-                    self._call(
-                        "writing records",
-                        lambda c, batch=batch: c.upsert(  # type: ignore[misc]
-                            ids=entries[batch],
-                            embeddings=embeddings[batch],
-                            documents=documents[batch],
-                            metadatas=metadatas[batch],
-                        ),
-                    )
+            written = 0
+            try:
+                for start in range(0, len(records), PAGE_SIZE):
+                    batch = slice(start, start + PAGE_SIZE)
+                    with self._undone_on_failure(entries[batch]):
+                        self._call(
+                            "writing records",
+                            lambda c, batch=batch: c.upsert(  # type: ignore[misc]
+                                ids=entries[batch],
+                                embeddings=embeddings[batch],
+                                documents=documents[batch],
+                                metadatas=metadatas[batch],
+                            ),
+                        )
+                    written = min(start + PAGE_SIZE, len(records))
+            except MemcoreError as error:
+                if not written:
+                    raise
+                # Chroma takes at most a few thousand entries a call, and an applied one cannot
+                # be taken back on a full disk: say exactly what of the batch is stored.
+                with contextlib.suppress(MemcoreError):
+                    if updates:
+                        self._write_meta(updates)
+                raise partly_written(error, written, len(records)) from error
             if updates:  # only once the records are in: a failed add changes no metadata
                 self._write_meta(updates)
 
@@ -394,11 +412,14 @@ class ChromaStoreBase(BaseStore):
         Chroma logs a write before applying it; on a full disk applying fails, the call raises,
         and the logged entries were applied at the next open anyway (a batch that raised, stored)
         and blocked every later write meanwhile. The client is restarted without them (and the
-        vector indexes rebuilt from the log), so a write that raised changed nothing.
+        vector indexes rebuilt from the log), so a write that raised changed nothing. Chroma's
+        error does not name the cause ("Failed to apply logs"): with less than
+        :data:`FULL_DISK_MARGIN` free on the store's filesystem it is a
+        :class:`~memcore.errors.StoreFullError`.
         """
         try:
             yield
-        except StoreError:
+        except StoreError as error:
             path = self._connection.persist_path
             if path is None:
                 raise
@@ -411,7 +432,12 @@ class ChromaStoreBase(BaseStore):
 
             with self._connection.exclusive():
                 self._connection.restart(drop)
-            raise
+            free = shutil.disk_usage(path).free
+            if isinstance(error, StoreFullError) or free >= FULL_DISK_MARGIN:
+                raise
+            raise StoreFullError(
+                f"{error} -- the filesystem of {path} has {free / 2**20:.1f} MiB free: free space and retry"
+            ) from error
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         with self._connection.write_lock:

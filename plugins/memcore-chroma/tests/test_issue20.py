@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from memcore_chroma.store import ChromaStoreBase
 from test_erasure import _spare_bytes
 
 import memcore
-from memcore.errors import InvalidInputError, InvalidRecordError, StoreError
+from memcore.errors import InvalidInputError, InvalidRecordError, StoreError, StoreFullError
 from memcore.filters import MAX_FILTER_TERMS, evaluate, parse_filter
 from memcore.records import MAX_METADATA_KEYS, MAX_METADATA_LIST_ITEMS, MemoryRecord, Message, MetadataValue
 from memcore.scope import Scope
@@ -236,7 +237,7 @@ def test_on_a_full_disk_a_batch_that_raised_is_not_stored_and_delete_returns(sma
             records = [make_record(scope, f"b{batch}-{i}", kind=f"b{batch}") for i in range(200)]
             try:
                 store.add(records, random_vectors(200, seed=batch))
-            except StoreError:
+            except StoreFullError:
                 failed = records
                 break
             acknowledged += records
@@ -251,6 +252,31 @@ def test_on_a_full_disk_a_batch_that_raised_is_not_stored_and_delete_returns(sma
         assert reopened.count(scope) == len(acknowledged) - 1
         assert reopened.search(scope, vector=random_vectors(1, seed=1)[0], limit=1)
         reopened.add([make_record(scope, "room again")], random_vectors(1))
+
+
+def test_on_a_full_disk_a_large_batch_that_raised_says_how_many_of_its_records_are_stored(
+    small_disk: Path,
+) -> None:
+    # Chroma takes a batch of 2,500 in three calls: one after the first that fails on a full disk
+    # leaves the earlier calls' records stored, and the error must say how many.
+    scope, stored_before = Scope(tenant="full"), 0
+    with ChromaStore(small_disk / "db") as store:
+        for batch in range(40):
+            records = [make_record(scope, f"b{batch}-{i}", kind=f"b{batch}") for i in range(2_500)]
+            try:
+                store.add(records, random_vectors(2_500, seed=batch))
+            except StoreFullError as error:
+                said = re.search(r"the first (\d+) of the batch's 2500 records were stored", str(error))
+                stored = int(said.group(1)) if said else 0
+                assert store.count(scope, filter={"kind": f"b{batch}"}) == stored
+                break
+            stored_before += len(records)
+        else:
+            pytest.fail("the disk never filled")
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    with ChromaStore(small_disk / "db") as reopened:
+        assert reopened.count(scope, filter={"kind": f"b{batch}"}) == stored
+        assert reopened.count(scope) == stored_before + stored
 
 
 # -- erasure on a server ---------------------------------------------------------------------------
