@@ -353,14 +353,19 @@ def test_scope_meta_without_a_scope_is_a_typed_error(tmp_path: Path) -> None:
         JsonlStore(root)
 
 
+def _rewrite_first_line(root: Path, old: bytes, new: bytes) -> None:
+    """Replace ``old`` by ``new`` in the first line of the store's one log, with a valid checksum."""
+    [log] = _entries(root)
+    lines = log.read_bytes().splitlines(keepends=True)
+    body = lines[0][: -len(b',"crc":"00000000"}\n')].replace(old, new)
+    lines[0] = body + b',"crc":"%08x"}\n' % zlib.crc32(body)
+    log.write_bytes(b"".join(lines))
+
+
 def test_an_invalid_record_on_disk_is_skipped_and_counted(tmp_path: Path) -> None:
     root = tmp_path / "store"
     contents = _store_with_records(root, 2)
-    [log] = _entries(root)
-    lines = log.read_bytes().splitlines(keepends=True)
-    body = lines[0][: -len(b',"crc":"00000000"}\n')].replace(b'"kind":"turn"', b'"kind":"NOT VALID"')
-    lines[0] = body + b',"crc":"%08x"}\n' % zlib.crc32(body)
-    log.write_bytes(b"".join(lines))
+    _rewrite_first_line(root, b'"kind":"turn"', b'"kind":"NOT VALID"')
     with JsonlStore(root) as store:
         assert [r.message.content for r in store.list(Scope(tenant="t"))] == contents[1:]
         assert store.skipped_lines() == 1
@@ -370,11 +375,7 @@ def test_a_line_of_another_scope_in_a_scope_log_is_skipped_and_counted(tmp_path:
     """A folder holds one scope's records: a line naming another scope (never written so) is not loaded."""
     root = tmp_path / "store"
     contents = _store_with_records(root, 2)
-    [log] = _entries(root)
-    lines = log.read_bytes().splitlines(keepends=True)
-    body = lines[0][: -len(b',"crc":"00000000"}\n')].replace(b'"tenant":"t"', b'"tenant":"other"')
-    lines[0] = body + b',"crc":"%08x"}\n' % zlib.crc32(body)
-    log.write_bytes(b"".join(lines))
+    _rewrite_first_line(root, b'"tenant":"t"', b'"tenant":"other"')
     with JsonlStore(root) as store:
         assert [r.message.content for r in store.list(Scope(tenant="t"))] == contents[1:]
         assert store.count(Scope(tenant="other")) == 0
