@@ -362,20 +362,20 @@ def _rewrite_first_line(root: Path, old: bytes, new: bytes) -> None:
     log.write_bytes(b"".join(lines))
 
 
-def test_an_invalid_record_on_disk_is_skipped_and_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        pytest.param(b'"kind":"turn"', b'"kind":"NOT VALID"', id="invalid-record"),
+        # A folder holds one scope's records: a line naming another scope (never written so).
+        pytest.param(b'"tenant":"t"', b'"tenant":"other"', id="another-scope"),
+    ],
+)
+def test_a_line_that_cannot_be_the_folders_record_is_skipped_and_counted(
+    tmp_path: Path, old: bytes, new: bytes
+) -> None:
     root = tmp_path / "store"
     contents = _store_with_records(root, 2)
-    _rewrite_first_line(root, b'"kind":"turn"', b'"kind":"NOT VALID"')
-    with JsonlStore(root) as store:
-        assert [r.message.content for r in store.list(Scope(tenant="t"))] == contents[1:]
-        assert store.skipped_lines() == 1
-
-
-def test_a_line_of_another_scope_in_a_scope_log_is_skipped_and_counted(tmp_path: Path) -> None:
-    """A folder holds one scope's records: a line naming another scope (never written so) is not loaded."""
-    root = tmp_path / "store"
-    contents = _store_with_records(root, 2)
-    _rewrite_first_line(root, b'"tenant":"t"', b'"tenant":"other"')
+    _rewrite_first_line(root, old, new)
     with JsonlStore(root) as store:
         assert [r.message.content for r in store.list(Scope(tenant="t"))] == contents[1:]
         assert store.count(Scope(tenant="other")) == 0
