@@ -270,7 +270,7 @@ def test_another_scope_can_neither_learn_nor_block_a_document_id(store: Store) -
                 message=Message(role="user", content="probe"),
             )
         ]
-    )  # no IdConflictError
+    )  # accepted: bob learns nothing of the ids alice uses
     bob.add_documents([Document("bob's own")], ids=["salary-2026"])
     # Upsert by document id within the scope keeps working, on the record it first got.
     alice.add_documents([Document("alice's new salary")], ids=["salary-2026"])

@@ -131,7 +131,7 @@ class SharedClient:
     :param reopen: makes a new client after :meth:`Connection.restart` closed this one
         (embedded clients only).
     :param write_lock: serialises this process's writes through the client
-        (id-conflict checks, metadata, rebuilds, purges).
+        (reading the entries an upsert replaces, metadata, rebuilds, purges).
     :param access: every call into the client holds it shared; closing the client
         (and running SQLite ``VACUUM`` beside it) holds it exclusive.
     :param generation: bumped whenever collection handles must be fetched anew
