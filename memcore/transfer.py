@@ -36,7 +36,6 @@ import numpy as np
 from memcore.blocks import embedding_text
 from memcore.embedders.base import Embedder
 from memcore.errors import (
-    AmbiguousIdError,
     DimensionMismatchError,
     EmbedderMismatchError,
     IncompleteImportError,
@@ -100,40 +99,39 @@ def entries(store: Store, scope: Scope, batch: int = BATCH) -> Iterator[Entry]:
                 after=last - _TICK if last > _FIRST else None,
                 before=last + _TICK if last < _LAST else None,
             )
-        yield from _with_vectors(store, scope, page)
+        yield from _with_vectors(store, page)
         if not full:
             return
         after = last
 
 
-def _with_vectors(store: Store, scope: Scope, records: list[MemoryRecord]) -> Iterator[Entry]:
+def _with_vectors(store: Store, records: list[MemoryRecord]) -> Iterator[Entry]:
     for start in range(0, len(records), BATCH):
         chunk = records[start : start + BATCH]
-        vectors = vectors_of(store, scope, chunk)
+        vectors = vectors_of(store, chunk)
         for record in chunk:
             yield record, vectors.get((record.scope.as_tuple(), record.id))
 
 
-RecordKey = tuple[tuple[str | None, ...], UUID]
+ScopeKey = tuple[str | None, ...]
+RecordKey = tuple[ScopeKey, UUID]
 """A record's identity as a dict key: its scope's fields and its id."""
 
 
-def vectors_of(store: Store, scope: Scope, records: Sequence[MemoryRecord]) -> dict[RecordKey, Matrix]:
-    """The stored vectors of ``records`` (all within ``scope``), by scope and id.
+def vectors_of(store: Store, records: Sequence[MemoryRecord]) -> dict[RecordKey, Matrix]:
+    """The stored vectors of ``records``, by scope and id: one read per exact scope of the batch.
 
-    One read for the whole batch; only when an id is held by several of the
-    batch's scopes (:class:`~memcore.errors.AmbiguousIdError`) is each scope read
-    on its own.
+    Never one read through a wider scope: another scope in it may hold a record of the same id
+    (with a vector where this record has none), and a read keyed by id alone would hand that
+    scope's vector to this record.
     """
-    try:
-        by_id = store.vectors(scope, [r.id for r in records])
-    except AmbiguousIdError:
-        found: dict[RecordKey, Matrix] = {}
-        for exact in {r.scope.as_tuple(): r.scope.exact() for r in records}.values():
-            wanted = [r.id for r in records if r.scope.as_tuple() == exact.as_tuple()]
-            found.update(((exact.as_tuple(), i), v) for i, v in store.vectors(exact, wanted).items())
-        return found
-    return {(r.scope.as_tuple(), r.id): by_id[r.id] for r in records if r.id in by_id}
+    by_scope: dict[ScopeKey, tuple[Scope, list[UUID]]] = {}
+    for record in records:
+        by_scope.setdefault(record.scope.as_tuple(), (record.scope.exact(), []))[1].append(record.id)
+    found: dict[RecordKey, Matrix] = {}
+    for key, (exact, ids) in by_scope.items():
+        found.update(((key, record_id), vector) for record_id, vector in store.vectors(exact, ids).items())
+    return found
 
 
 def export(store: Store, scope: Scope, out: IO[str], progress: Progress = _no_progress) -> int:
@@ -312,7 +310,7 @@ def migrate(
         records = [record for record, _ in page]
         copied = destination.get(Scope.everything(), [record.id for record in records])
         copies = {(copy.scope.as_tuple(), copy.id): copy for copy in copied}
-        vectors = vectors_of(destination, Scope.everything(), records)
+        vectors = vectors_of(destination, records)
         for record, vector in page:
             key = (record.scope.as_tuple(), record.id)
             if copies.get(key) != record:
