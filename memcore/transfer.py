@@ -113,8 +113,7 @@ def _with_vectors(store: Store, records: list[MemoryRecord]) -> Iterator[Entry]:
             yield record, vectors.get((record.scope.as_tuple(), record.id))
 
 
-ScopeKey = tuple[str | None, ...]
-RecordKey = tuple[ScopeKey, UUID]
+RecordKey = tuple[tuple[str | None, ...], UUID]
 """A record's identity as a dict key: its scope's fields and its id."""
 
 
@@ -125,12 +124,13 @@ def vectors_of(store: Store, records: Sequence[MemoryRecord]) -> dict[RecordKey,
     (with a vector where this record has none), and a read keyed by id alone would hand that
     scope's vector to this record.
     """
-    by_scope: dict[ScopeKey, tuple[Scope, list[UUID]]] = {}
+    by_scope: dict[tuple[str | None, ...], list[MemoryRecord]] = {}
     for record in records:
-        by_scope.setdefault(record.scope.as_tuple(), (record.scope.exact(), []))[1].append(record.id)
+        by_scope.setdefault(record.scope.as_tuple(), []).append(record)
     found: dict[RecordKey, Matrix] = {}
-    for key, (exact, ids) in by_scope.items():
-        found.update(((key, record_id), vector) for record_id, vector in store.vectors(exact, ids).items())
+    for key, group in by_scope.items():
+        vectors = store.vectors(group[0].scope.exact(), [record.id for record in group])
+        found.update(((key, record_id), vector) for record_id, vector in vectors.items())
     return found
 
 
