@@ -39,10 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
-from uuid import UUID
 
 from memcore.errors import ContextBudgetError
-from memcore.records import ContextRecord, Message
+from memcore.records import ContextRecord, Message, RecordKey
 from memcore.tokens import HeuristicTokenCounter, TokenCounter
 
 _PINNABLE_ROLES = frozenset({"system", "developer"})
@@ -169,11 +168,13 @@ class ScoreBasedContextCreator(_BudgetedContextCreator):
 
 
 def _deduplicate(records: Sequence[ContextRecord]) -> list[ContextRecord]:
-    chosen: dict[UUID, int] = {}
+    """Each record once (by scope and id), the history copy preferred, in first-seen order."""
+    chosen: dict[RecordKey, int] = {}
     for index, record in enumerate(records):
-        previous = chosen.get(record.record.id)
+        key = record.record.key
+        previous = chosen.get(key)
         if previous is None or (record.source == "history" and records[previous].source != "history"):
-            chosen[record.record.id] = index
+            chosen[key] = index
     return [records[index] for index in sorted(chosen.values())]
 
 

@@ -36,7 +36,7 @@ from memcore.embedders.cache import cached
 from memcore.errors import ContextBudgetError, InvalidInputError, InvalidRecordError
 from memcore.filters import Filter, FilterSpec
 from memcore.policy import MemoryPolicy
-from memcore.records import ContextRecord, MemoryRecord, Message, MetadataValue, utc_now
+from memcore.records import ContextRecord, MemoryRecord, Message, MetadataValue, RecordKey, utc_now
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace
 
@@ -220,7 +220,10 @@ class AgentMemory(ABC):
         """Delete these records from the store (history and recall alike); return how many.
 
         Reaches every record the memory can show: its own scope and, for
-        memories that recall, the recall scope.
+        memories that recall, the recall scope. Ids are unique only within one exact scope: where
+        the recall scope spans several (every session of an agent, by default), each record of an
+        id given here is deleted. To delete in the memory's own scope only, use
+        ``store.delete(memory.scope.exact(), ids)``.
         """
         return self.store.delete(self.recall_scope, ids)
 
@@ -337,12 +340,12 @@ class VectorMemory(AgentMemory):
                     return record.message.content
         return None
 
-    def _recall(self, query: str | None, exclude: Collection[UUID] = ()) -> list[ContextRecord]:
-        """Up to ``policy.limit`` hits for ``query`` that are not in ``exclude``, best first."""
+    def _recall(self, query: str | None, exclude: Collection[RecordKey] = ()) -> list[ContextRecord]:
+        """Up to ``policy.limit`` hits for ``query`` whose keys are not in ``exclude``, best first."""
         if query is None or not query.strip():
             return []
         hits = self.recall.retrieve(query, filter=RECALL_FILTER, limit=self.policy.limit + len(exclude))
-        kept = [h for h in hits if h.record.id not in exclude and not h.record.message.tool_calls]
+        kept = [h for h in hits if h.record.key not in exclude and not h.record.message.tool_calls]
         return kept[: self.policy.limit]
 
     def _note_if_empty(self, hits: list[ContextRecord]) -> list[ContextRecord]:
@@ -372,7 +375,7 @@ class LongtermMemory(VectorMemory):
         """``[system] + recalled records not in the window (oldest first) + the window``."""
         window = self.history.retrieve()
         pinned = window[:1] if window and window[0].record.message.role in PINNED_ROLES else []
-        in_window = {item.record.id for item in window}
+        in_window = {item.record.key for item in window}
         hits = self._recall(query if query is not None else self._latest_user_message(window), in_window)
         hits.sort(key=lambda hit: hit.record.created_at)
         return pinned + self._note_if_empty(hits) + window[len(pinned) :]

@@ -26,14 +26,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import ClassVar, Literal
-from uuid import UUID
 
 import pydantic
 
 from memcore.errors import InvalidInputError
 from memcore.filters import Filter
 from memcore.model_base import MemcoreModel
-from memcore.records import MemoryRecord, ScoredRecord
+from memcore.records import MemoryRecord, RecordKey, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import Store
 from memcore.validation import Vector
@@ -75,12 +74,12 @@ def resolved_mode(mode: RecallMode, store: Store) -> RecallMode:
     return store.capabilities.default_recall if mode == "auto" else mode
 
 
-def _rescaled(hits: Sequence[ScoredRecord], weight: float) -> dict[UUID, float]:
+def _rescaled(hits: Sequence[ScoredRecord], weight: float) -> dict[RecordKey, float]:
     if not hits:
         return {}
     high, low = max(h.score for h in hits), min(h.score for h in hits)
     span = high - low
-    return {h.record.id: weight * ((h.score - low) / span if span > 0 else 1.0) for h in hits}
+    return {h.record.key: weight * ((h.score - low) / span if span > 0 else 1.0) for h in hits}
 
 
 def hybrid_search(
@@ -93,35 +92,38 @@ def hybrid_search(
     limit: int,
     settings: HybridRecall,
 ) -> list[ScoredRecord]:
-    """The ``limit`` best records of ``scope`` for a query given as a vector and as keywords."""
+    """The ``limit`` best records of ``scope`` for a query given as a vector and as keywords.
+
+    Records are told apart by scope and id: a scope spanning several users may hold two records
+    of one id, and each keeps its own score.
+    """
     dense = store.search(scope, vector=vector, filter=filter, limit=settings.candidates)
     keyword = store.search(scope, keywords=keywords, filter=filter, limit=settings.candidates)
     fused = _rescaled(dense, settings.dense_weight)
-    for record_id, score in _rescaled(keyword, 1.0 - settings.dense_weight).items():
-        fused[record_id] = fused.get(record_id, 0.0) + score
-    records = {h.record.id: h.record for h in [*dense, *keyword]}
+    for key, score in _rescaled(keyword, 1.0 - settings.dense_weight).items():
+        fused[key] = fused.get(key, 0.0) + score
+    records = {h.record.key: h.record for h in [*dense, *keyword]}
     best_of_session: dict[tuple[str | None, ...], float] = {}
-    for record_id, score in fused.items():
-        key = records[record_id].scope.as_tuple()
-        best_of_session[key] = max(best_of_session.get(key, 0.0), score)
-    neighbour: dict[UUID, float] = {}
-    for record_id in sorted(fused, key=lambda i: -fused[i])[: settings.neighbours_of]:
-        for around in _neighbours(store, records[record_id], filter):
-            records.setdefault(around.id, around)
-            neighbour[around.id] = max(neighbour.get(around.id, 0.0), fused[record_id])
+    for (session, _), score in fused.items():
+        best_of_session[session] = max(best_of_session.get(session, 0.0), score)
+    neighbour: dict[RecordKey, float] = {}
+    for key in sorted(fused, key=lambda k: -fused[k])[: settings.neighbours_of]:
+        for around in _neighbours(store, records[key], filter):
+            records.setdefault(around.key, around)
+            neighbour[around.key] = max(neighbour.get(around.key, 0.0), fused[key])
     final = {
-        record_id: fused.get(record_id, 0.0)
-        + settings.neighbour_weight * neighbour.get(record_id, 0.0)
-        + settings.session_weight * best_of_session.get(records[record_id].scope.as_tuple(), 0.0)
-        for record_id in records
+        key: fused.get(key, 0.0)
+        + settings.neighbour_weight * neighbour.get(key, 0.0)
+        + settings.session_weight * best_of_session.get(key[0], 0.0)
+        for key in records
     }
     named = _speakers_named(keywords, {r.message.name for r in records.values()})
     if named and settings.speaker_weight:
-        for record_id, record in records.items():
+        for key, record in records.items():
             if record.message.name in named:
-                final[record_id] *= 1.0 + settings.speaker_weight
-    ranked = sorted(final, key=lambda record_id: (-final[record_id], records[record_id].created_at))
-    return [ScoredRecord.of(records[i], final[i]) for i in ranked[:limit] if final[i] > 0]
+                final[key] *= 1.0 + settings.speaker_weight
+    ranked = sorted(final, key=lambda key: (-final[key], records[key].created_at))
+    return [ScoredRecord.of(records[k], final[k]) for k in ranked[:limit] if final[k] > 0]
 
 
 def _speakers_named(query: str, speakers: set[str | None]) -> set[str]:

@@ -164,6 +164,14 @@ def is_metadata_entry(key: object, value: object) -> bool:
     return True
 
 
+RecordKey = tuple[tuple[str | None, ...], UUID]
+"""A record's identity as a dict key: its exact scope's fields and its id.
+
+An id is unique only within one exact scope (two users may each hold a record of the same id), so
+anything that gathers records from a scope wider than one exact scope keys them by this.
+"""
+
+
 class MemoryRecord(MemcoreModel):
     """One stored message and everything needed to find it again.
 
@@ -183,6 +191,11 @@ class MemoryRecord(MemcoreModel):
     created_at: datetime = pydantic.Field(default_factory=utc_now)
     metadata: dict[str, MetadataValue] = pydantic.Field(default_factory=dict)
     kind: str = "turn"
+
+    @property
+    def key(self) -> RecordKey:
+        """The record's identity across scopes: its exact scope's fields and its id."""
+        return (self.scope.as_tuple(), self.id)
 
     @classmethod
     def from_stored_json(cls, data: str | bytes) -> MemoryRecord:

@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
-from uuid import UUID
 
 import numpy as np
 
@@ -45,7 +44,7 @@ from memcore.errors import (
     ScopeError,
     StoreError,
 )
-from memcore.records import MemoryRecord
+from memcore.records import MemoryRecord, RecordKey
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace
 from memcore.validation import Matrix, Vector, check_scope
@@ -110,11 +109,7 @@ def _with_vectors(store: Store, records: list[MemoryRecord]) -> Iterator[Entry]:
         chunk = records[start : start + BATCH]
         vectors = vectors_of(store, chunk)
         for record in chunk:
-            yield record, vectors.get((record.scope.as_tuple(), record.id))
-
-
-RecordKey = tuple[tuple[str | None, ...], UUID]
-"""A record's identity as a dict key: its scope's fields and its id."""
+            yield record, vectors.get(record.key)
 
 
 def vectors_of(store: Store, records: Sequence[MemoryRecord]) -> dict[RecordKey, Matrix]:
@@ -309,10 +304,10 @@ def migrate(
     for page in _pages(entries(source, scope), BATCH):
         records = [record for record, _ in page]
         copied = destination.get(Scope.everything(), [record.id for record in records])
-        copies = {(copy.scope.as_tuple(), copy.id): copy for copy in copied}
+        copies = {copy.key: copy for copy in copied}
         vectors = vectors_of(destination, records)
         for record, vector in page:
-            key = (record.scope.as_tuple(), record.id)
+            key = record.key
             if copies.get(key) != record:
                 raise StoreError(
                     f"record {record.id} is missing or differs in the destination after the copy"

@@ -339,6 +339,21 @@ def test_among_recalled_duplicates_the_first_is_kept() -> None:
     assert contents(messages) == ["fact"]
 
 
+def test_records_of_one_id_in_two_scopes_are_both_kept() -> None:
+    shared = record("user", "alice's note", 1)
+    other = shared.model_copy(
+        update={
+            "scope": SCOPE.model_copy(update={"user_id": "bob"}),
+            "message": Message(role="user", content="bob's note"),
+        }
+    )
+    records = [context(shared, 0.9, "recall"), context(other, 0.8, "recall")]
+
+    messages, _ = ScoreBasedContextCreator().create_context(records, 10_000)
+
+    assert contents(messages) == ["alice's note", "bob's note"]
+
+
 # --- Budget errors and exactness ------------------------------------------------------------------
 
 

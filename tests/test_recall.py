@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
+from uuid import uuid4
 
 import pytest
 
@@ -140,3 +141,23 @@ def test_hybrid_settings_are_validated() -> None:
         HybridRecall(dense_weight=1.5)
     with pytest.raises(InvalidInputError):
         MemoryPolicy(recall="fuzzy")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["dense", "keyword", "hybrid"])
+def test_recall_over_many_users_keeps_two_records_of_one_id_apart(mode: str) -> None:
+    store, tenant = MemoryStore(), Scope(tenant="t")
+    alice = Scope(tenant="t", user_id="alice", session_id="s1")
+    bob = Scope(tenant="t", user_id="bob", session_id="s1")
+    shared_id = uuid4()
+    for scope, content in ((alice, "alice paints sunsets"), (bob, "bob paints harbours")):
+        record = MemoryRecord(id=shared_id, scope=scope, message=Message(role="user", content=content))
+        VectorMemory(store, HashEmbedder(dim=64), scope).write_records([record])
+    policy = MemoryPolicy(scope="tenant", recall=mode, limit=5)  # type: ignore[arg-type]
+    memory = VectorMemory(store, HashEmbedder(dim=64), tenant, policy=policy)
+
+    hits = memory.retrieve("who paints sunsets and harbours")
+
+    assert sorted((h.record.scope.user_id, h.record.message.content) for h in hits) == [
+        ("alice", "alice paints sunsets"),
+        ("bob", "bob paints harbours"),
+    ], "each user's record keeps its own scope, content and score"
