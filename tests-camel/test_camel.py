@@ -260,3 +260,23 @@ def test_a_forged_camel_form_cannot_change_a_records_id_agent_or_role(store: Sto
     found = [item.memory_record for item in planner.retrieve()]
     assert {r.uuid for r in found} == {record.id, broken.id}
     assert {(r.agent_id, r.role_at_backend) for r in found} == {("planner", OpenAIBackendRole.USER)}
+
+
+def test_single_deletes_never_reach_a_namesake_in_another_session(store: Store) -> None:
+    alice = agent(store, "alice")
+    alice.step("my locker code is 4711")
+    turns = store.list(scope("alice"))
+    namesakes = [
+        MemoryRecord(
+            id=turn.id, scope=scope("alice", "s2"), message=Message(role="user", content=f"s2 turn {i}")
+        )
+        for i, turn in enumerate(turns)
+    ]
+    store.add(namesakes)
+
+    assert all(not item.memory_record.message.content.startswith("s2") for item in alice.memory.retrieve())
+    alice.memory.pop_records(1)
+    alice.memory.remove_records_by_indices([1])
+
+    assert store.list(scope("alice", "s2")) == namesakes
+    assert contents(store, scope("alice")) == ["You are alice."]

@@ -152,15 +152,21 @@ class CamelMemory(_CamelAgentMemory):
             raise
         if any(record.id in self._cleared for record in converted):
             self._undo_clear()  # ChatAgent's memory setter writing back what it read
-        stored = {r.id: r for r in self.memory.store.get(self.memory.recall_scope, [r.id for r in converted])}
+        own: dict[UUID, MemoryRecord] = {}
+        elsewhere: set[UUID] = set()
+        for found in self.memory.store.get(self.memory.recall_scope, [r.id for r in converted]):
+            if found.scope == self.memory.scope:
+                own[found.id] = found
+            else:
+                elsewhere.add(found.id)
         given = self.memory.store.list(
             self.memory.scope.exact(), filter={"role": {"$in": list(_INSTRUCTION_ROLES)}}
         )
         instructions = {r.message.content for r in given}
         fresh = []
         for record in converted:
-            known = stored.get(record.id)
-            if known is not None and known.scope != record.scope:
+            known = own.get(record.id)
+            if known is None and record.id in elsewhere:
                 continue
             if (
                 known is None
@@ -179,7 +185,23 @@ class CamelMemory(_CamelAgentMemory):
         self._before_reading()
         # The "no memories" note (policy.inject_when_empty) is for the model, not a record to write back.
         stored = [item for item in self.memory.retrieve() if not _is_note(item)]
-        return [_to_camel_context(item) for item in stored]
+        return [_to_camel_context(item) for item in self._one_per_id(stored)]
+
+    def _one_per_id(self, items: list[ContextRecord]) -> list[ContextRecord]:
+        """``items`` without recalled namesakes: CAMEL knows a record by its uuid alone.
+
+        A record recalled from another scope that shares its id with a record of this memory's
+        own scope (or with an earlier item) is left out; written back, it would overwrite that record.
+        """
+        own = self.memory.scope
+        recalled = [item.record.id for item in items if item.record.scope != own]
+        taken = {r.id for r in self.memory.store.get(own.exact(), recalled)} if recalled else set()
+        kept: list[ContextRecord] = []
+        for item in items:
+            if item.record.scope == own or item.record.id not in taken:
+                kept.append(item)
+                taken.add(item.record.id)
+        return kept
 
     def get_context(self) -> tuple[list[Any], int]:
         """The messages for the next model call and their token count, within :attr:`token_limit`."""
@@ -256,7 +278,9 @@ class CamelMemory(_CamelAgentMemory):
         return int(bool(history) and history[0].message.role in _INSTRUCTION_ROLES)
 
     def _delete(self, records: list[MemoryRecord]) -> list[CamelRecord]:
-        self.forget([record.id for record in records])
+        # The records are this session's: delete them there, not an id's namesakes elsewhere.
+        self._cleared = {}
+        self.memory.store.delete(self.memory.scope.exact(), [record.id for record in records])
         return [to_camel(record) for record in records]
 
     def _to_memcore(self, record: CamelRecord) -> MemoryRecord:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from memcore.errors import MemcoreError
 from memcore.plugins import open_store
-from memcore.records import MemoryRecord, Message
+from memcore.records import MemoryRecord, Message, RecordKey
 from memcore.scope import Scope
 from memcore.store import Store
 from memcore.testing.helpers import make_record, random_vectors
@@ -58,14 +58,14 @@ def _legacy_id(scope: Scope, document_id: str) -> uuid.UUID:
     return uuid.uuid5(_LEGACY_NAMESPACE, f"{scope.digest()}/{document_id}")
 
 
-def _outside(store: Store, scope: Scope) -> dict[uuid.UUID, MemoryRecord]:
+def _outside(store: Store, scope: Scope) -> dict[RecordKey, MemoryRecord]:
     """Every record of the trust tenant that is not in exactly ``scope``."""
-    return {r.id: r for r in store.list(_TENANT) if r.scope.as_tuple() != scope.as_tuple()}
+    return {r.key: r for r in store.list(_TENANT) if r.scope.as_tuple() != scope.as_tuple()}
 
 
-def _lost(before: dict[uuid.UUID, MemoryRecord], store: Store, scope: Scope) -> int:
+def _lost(before: dict[RecordKey, MemoryRecord], store: Store, scope: Scope) -> int:
     after = _outside(store, scope)
-    return sum(after.get(record_id) != record for record_id, record in before.items())
+    return sum(after.get(key) != record for key, record in before.items())
 
 
 # -- adapters ------------------------------------------------------------------------------------
@@ -248,6 +248,13 @@ def _camel_scope(store: Store, figures: Any, scope: Scope) -> None:
         message=Message(role="user", content=template["message"]["content"]),
         metadata={CAMEL_RECORD_KEY: json.dumps(forged, default=str)},
     )
+    # Another session of the agent, inside the recall scope, holds a record of one of this scope's ids.
+    namesake = MemoryRecord(
+        id=own[1].id,
+        scope=Scope(tenant="trust", user_id="alice", agent_id="coder", session_id="s2"),
+        message=Message(role="user", content="crafted namesake: the secret plan"),
+    )
+    crafted.append(namesake)
     store.add(crafted, embedder.embed([r.message.content for r in crafted]))
     memory.memory.write_records([forger])
     mine = {r.id for r in [*own, forger]}
