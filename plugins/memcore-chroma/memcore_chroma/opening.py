@@ -19,7 +19,6 @@ import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.api.collection_configuration import CreateCollectionConfiguration
 from chromadb.api.models.Collection import Collection
-from chromadb.api.types import Metadata
 from chromadb.errors import NotFoundError
 
 from memcore.errors import DimensionMismatchError, InvalidInputError, StoreCorruptedError
@@ -235,28 +234,57 @@ def migrate_entry_ids(collection: Collection) -> int:
                 break
             metadatas = page["metadatas"] or []
             old = [i for i, meta in zip(page["ids"], metadatas, strict=True) if RECORD_ID_KEY not in meta]
-            if old:
-                _move(collection, old)
-            moved_now += len(old)
+            moved_now += _move(collection, old) if old else 0
             offset += len(page["ids"]) - len(old)  # the moved ones are gone from before the offset
         if not moved_now:
             return moved
         moved += moved_now
 
 
-def _move(collection: Collection, ids: list[str]) -> None:
-    """Write the format-1 entries ``ids`` under their format-2 ids, then delete them."""
-    found = collection.get(ids=ids, include=["embeddings", "documents", "metadatas"])
-    documents = found["documents"] or []
-    records = [decode(i, d, legacy=True) for i, d in zip(found["ids"], documents, strict=True)]
-    metadatas: list[Metadata] = [
-        {**meta, RECORD_ID_KEY: str(record.id)}
-        for meta, record in zip(found["metadatas"] or [], records, strict=True)
-    ]
-    collection.upsert(
-        ids=[entry_id(record) for record in records],
-        embeddings=np.asarray(found["embeddings"], dtype=np.float32),
-        documents=documents,
-        metadatas=metadatas,
-    )
-    collection.delete(ids=found["ids"])
+def _move(collection: Collection, ids: list[str]) -> int:
+    """Write the format-1 entries ``ids`` under their format-2 ids, then delete them.
+
+    A format-1 entry was named by a record id its writer chose, so it may sit on another entry's
+    format-2 id (a crafted record's id can be ``entry_id`` of someone else's record). Such an
+    occupant is moved first, wherever it is in the collection: an upsert onto it would merge its
+    metadata into the moved record, and deleting it afterwards would delete the moved record.
+
+    :returns: how many entries were moved (the occupants included).
+    :raises StoreCorruptedError: if the entries left block each other's moves, which a record id
+        chosen by a writer cannot bring about.
+    """
+    moved, pending = 0, list(ids)
+    while pending:
+        found = collection.get(ids=pending, include=["embeddings", "documents", "metadatas"])
+        documents = found["documents"] or []
+        records = [decode(i, d, legacy=True) for i, d in zip(found["ids"], documents, strict=True)]
+        targets = [entry_id(record) for record in records]
+        blockers = _format_1_ids(collection, targets)
+        if missing := blockers - set(found["ids"]):
+            pending = [*found["ids"], *sorted(missing)]
+            continue
+        ready = [i for i, target in enumerate(targets) if target not in blockers]
+        if not ready:
+            raise StoreCorruptedError(
+                f"format-1 entries {sorted(blockers)} block each other's move to format 2"
+            )
+        metadatas = found["metadatas"] or []
+        embeddings = np.asarray(found["embeddings"], dtype=np.float32)
+        collection.upsert(
+            ids=[targets[i] for i in ready],
+            embeddings=embeddings[ready],
+            documents=[documents[i] for i in ready],
+            metadatas=[{**metadatas[i], RECORD_ID_KEY: str(records[i].id)} for i in ready],
+        )
+        collection.delete(ids=[found["ids"][i] for i in ready])
+        moved += len(ready)
+        pending = [entry for i, entry in enumerate(found["ids"]) if i not in set(ready)]
+    return moved
+
+
+def _format_1_ids(collection: Collection, ids: list[str]) -> set[str]:
+    """Those of ``ids`` that name format-1 entries (entries without their record's id)."""
+    found = collection.get(ids=ids, include=["metadatas"])
+    return {
+        i for i, meta in zip(found["ids"], found["metadatas"] or [], strict=True) if RECORD_ID_KEY not in meta
+    }

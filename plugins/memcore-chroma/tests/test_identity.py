@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from chromadb.api.models.Collection import Collection
 from memcore_chroma import ChromaMemoryStore
+from memcore_chroma import opening as opening_module
 from memcore_chroma import store as store_module
 from memcore_chroma.encoding import RECORD_ID_KEY, entry_id
 from memcore_chroma.opening import FORMAT, FORMAT_1, META_FORMAT
@@ -114,3 +115,56 @@ def test_a_format_1_collection_is_migrated_at_open(
     monkeypatch.setattr(store_module, "migrate_entry_ids", None)  # the format says it is done
     with open_store() as again:
         assert again.count(wide) == 5
+
+
+def _plant_format_1(collection: Collection, records: list[MemoryRecord]) -> None:
+    """Rewrite the collection as format 1, its entries in the order of ``records``."""
+    found = collection.get(include=["embeddings", "documents", "metadatas"])
+    by_record = {}
+    for i, document, meta, vector in zip(
+        found["ids"], found["documents"] or [], found["metadatas"] or [], found["embeddings"], strict=True
+    ):
+        meta = dict(meta)
+        by_record[str(meta.pop(RECORD_ID_KEY))] = (i, document, meta, vector)
+    collection.delete(ids=found["ids"])
+    for record in records:
+        _, document, meta, vector = by_record[str(record.id)]
+        collection.add(
+            ids=[str(record.id)],
+            embeddings=np.asarray([vector], dtype=np.float32),
+            documents=[document],
+            metadatas=[meta],  # type: ignore[list-item]
+        )
+    collection.modify(metadata={**(collection.metadata or {}), META_FORMAT: FORMAT_1})
+
+
+@pytest.mark.parametrize("page", [1, 1_000], ids=["pages-of-one", "one-page"])
+@pytest.mark.parametrize("planted_first", [True, False], ids=["planted-first", "planted-last"])
+def test_a_format_1_entry_on_anothers_new_id_neither_deletes_nor_taints_it(
+    open_store: Callable[[], ChromaStoreBase],
+    monkeypatch: pytest.MonkeyPatch,
+    page: int,
+    planted_first: bool,
+) -> None:
+    alice = make_record(OWNER, "alice's plan", minute=1, metadata={"n": 1})
+    # bob chose his record's id: alice's record's format-2 entry id; a third record sits on bob's.
+    bob = make_record(OTHER, "bob's plant", minute=2, metadata={"n": 2, "planted": True})
+    bob = bob.model_copy(update={"id": storage_id(alice.scope, alice.id)})
+    carol_scope = Scope(tenant="t", user_id="w")
+    carol = make_record(carol_scope, "carol's plant", minute=3, metadata={"planted": True})
+    carol = carol.model_copy(update={"id": storage_id(bob.scope, bob.id)})
+    records = [alice, bob, carol]
+    monkeypatch.setattr(opening_module, "BACKFILL_PAGE", page)
+    with open_store() as store:
+        store.add(records, random_vectors(3, seed=6))
+        order = [carol, bob, alice] if planted_first else records
+        store._call("planting format 1", lambda c: _plant_format_1(c, order))
+    with open_store() as reopened:
+        wide = Scope(tenant="t")
+        assert reopened.get(OWNER, [alice.id]) == [alice]
+        assert reopened.get(wide, [r.id for r in records]) == sorted(records, key=lambda r: r.created_at)
+        assert reopened.list(OWNER, filter={"metadata.planted": True}) == [], "no metadata merged in"
+        assert reopened.list(wide, filter={"metadata.planted": True}) == [bob, carol]
+        entries = _entries(reopened)
+        assert set(entries) == {entry_id(r) for r in records}
+        assert all(RECORD_ID_KEY in meta for meta in entries.values())
