@@ -506,14 +506,15 @@ class ChromaStoreBase(BaseStore):
             return sorted(newest_or_oldest, key=_order_key, reverse=descending)[:limit]
         # Order by the small metadata first, then read only the documents needed.
         found = self._call("listing records", lambda c: c.get(where=where, include=["metadatas"]))
+        # (time, record id) as _order_key orders records; the entry id only settles two scopes' namesakes.
         keys = sorted(
             (
-                (meta[CREATED_AT_KEY], i)
+                (meta[CREATED_AT_KEY], str(meta[RECORD_ID_KEY]), i)
                 for i, meta in zip(found["ids"], found["metadatas"] or [], strict=True)
             ),
             reverse=descending,
         )
-        ordered = [record_id for _, record_id in keys]
+        ordered = [entry for _, _, entry in keys]
         chunk_size = limit if compiled.exact else max(limit * 2, MIN_OVERFETCH)
         result: list[MemoryRecord] = []
         for chunk in _chunks(ordered, chunk_size):

@@ -104,3 +104,23 @@ def test_records_of_one_moment_are_ordered_by_id(store: ChromaStore) -> None:
         for limit in (3, 10):
             got = store.list(MINE, order=order, limit=limit)  # type: ignore[arg-type]
             assert got == _expected(later + same, order == "desc", limit)
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_records_of_one_time_come_in_id_order_under_a_filter_checked_afterwards(
+    store: ChromaStore, order: Any
+) -> None:
+    # Numbers from 2**53 on are post-filtered (the filter is not exact), so the metadata path runs.
+    same_time = [
+        MemoryRecord(
+            scope=MINE,
+            message=Message(role="user", content=f"tie {i}"),
+            created_at=START,
+            metadata={"n": 2**53 + i},
+        )
+        for i in range(8)
+    ]
+    store.add(same_time)
+    expected = sorted(same_time, key=lambda r: r.id, reverse=order == "desc")
+    found = store.list(MINE, filter={"metadata.n": {"$gte": 2**53}}, order=order, limit=3)
+    assert found == expected[:3]
