@@ -278,7 +278,7 @@ def _move(collection: Collection, ids: list[str]) -> int:
         )
         collection.delete(ids=[found["ids"][i] for i in ready])
         moved += len(ready)
-        pending = [entry for i, entry in enumerate(found["ids"]) if i not in set(ready)]
+        pending = [found["ids"][i] for i, target in enumerate(targets) if target in blockers]
     return moved
 
 

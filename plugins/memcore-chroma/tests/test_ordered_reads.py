@@ -121,6 +121,5 @@ def test_records_of_one_time_come_in_id_order_under_a_filter_checked_afterwards(
         for i in range(8)
     ]
     store.add(same_time)
-    expected = sorted(same_time, key=lambda r: r.id, reverse=order == "desc")
     found = store.list(MINE, filter={"metadata.n": {"$gte": 2**53}}, order=order, limit=3)
-    assert found == expected[:3]
+    assert found == _expected(same_time, order == "desc", 3)
