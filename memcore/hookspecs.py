@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from memcore.bench.raw import RawClient
     from memcore.embedders.base import Embedder
     from memcore.store import BaseStore
 
@@ -71,36 +70,15 @@ def memcore_register_embedders(register: Callable[[str, Callable[..., Embedder]]
     """
 
 
-@hookspec(firstresult=True)
-def memcore_bench_raw_client(url: str) -> RawClient | None:
-    """The engine behind the store ``url`` names, driven through its own client: a baseline.
+@hookspec
+def memcore_add_hookspecs(plugin_manager: pluggy.PluginManager) -> None:
+    """Add the hook specifications of a part of memcore, or of a plugin, that has hooks of its own.
 
-    Called by ``memcore bench`` once per benchmarked store URL; the first plugin
-    returning a client wins. The bench runs the same operations through the store and through this
-    client, in the same run, and reports memcore's adapter overhead as the median
-    ratio of their times (see :mod:`memcore.bench.overhead`). Import the client
-    library inside the implementation.
+    Called once when memcore loads its plugins, after the built-ins and every selected entry
+    point are registered and before memcore checks that each hook a plugin implements exists.
+    ``memcore bench`` adds its hooks this way (:mod:`memcore.bench.hookspecs`), so that this
+    module, the storage contract, knows nothing of benchmarks.
 
-    :param url: a store URL of a scheme this plugin registered; its path (if any)
-        is a fresh folder for the raw client's own data, not the store's.
-    :returns: a :class:`memcore.bench.raw.RawClient`, or ``None`` if this plugin
-        has no baseline for the URL (the next plugin is asked).
-    """
-
-
-@hookspec(firstresult=True)
-def memcore_bench_discard(url: str, name: str) -> bool | None:
-    """Drop the table or collection ``name`` that a ``memcore bench`` run made on a server.
-
-    Called by ``memcore bench`` after it closed a store opened at ``url``, when the user's URL
-    asked for a fresh name (``{name}``, as in ``postgresql://host/db?table={name}``), so that
-    benchmark runs leave nothing behind on the user's server. The first plugin returning a
-    value wins. Import the client library inside the implementation.
-
-    :param url: the URL the store was opened with, ``{name}`` already replaced.
-    :param name: the fresh name the run chose. Drop only a table or collection of exactly this
-        name: ``{name}`` may stand elsewhere in the URL, which then names a table of the user's.
-    :returns: ``True`` once this plugin dropped it, ``False`` if ``url`` is one of this plugin's
-        but does not name ``name`` as its table or collection (nothing is dropped), or ``None``
-        if the URL is not one this plugin can clean up (the next plugin is asked).
+    :param plugin_manager: the manager being loaded; call its ``add_hookspecs(module)``.
+    :returns: nothing; the return value is ignored.
     """

@@ -2,8 +2,9 @@
 
 Plugins are loaded lazily, once per process, on the first call that needs
 them: memcore's hook specifications (:mod:`memcore.hookspecs`), then its
-built-in plugin (:mod:`memcore.builtin_plugins`), then the installed
-distributions' plugins from the ``memcore`` entry-point group.
+built-in plugins (:mod:`memcore.builtin_plugins`, and :mod:`memcore.bench.plugin`, which adds
+the bench's hooks), then the installed distributions' plugins from the ``memcore`` entry-point
+group.
 
 Environment variables:
 
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 import pluggy
 
 from memcore import builtin_plugins, hookspecs
+from memcore.bench import plugin as bench_plugin
 from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError, PluginError, UnknownPluginError
 from memcore.store import BaseStore, Store
@@ -46,6 +48,7 @@ TRACE_PLUGINS_ENV = "MEMCORE_TRACE_PLUGINS"
 STORE_URL_ENV = "MEMCORE_STORE"
 
 BUILTIN_PLUGIN_NAME = builtin_plugins.__name__
+BENCH_PLUGIN_NAME = bench_plugin.__name__
 """The name memcore's built-in plugin is registered under."""
 
 STORE_PACKAGES: dict[str, str] = {
@@ -184,6 +187,7 @@ def _load_plugin_manager() -> pluggy.PluginManager:
         manager.enable_tracing()
     manager.add_hookspecs(hookspecs)
     manager.register(builtin_plugins, name=BUILTIN_PLUGIN_NAME)
+    manager.register(bench_plugin, name=BENCH_PLUGIN_NAME)
     for entry_point in _selected_entry_points():
         try:
             manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=entry_point.name)
@@ -192,6 +196,7 @@ def _load_plugin_manager() -> pluggy.PluginManager:
                 f"cannot load the memcore plugin {_describe_entry_point(entry_point)}: {exc}. "
                 f"Upgrade or uninstall it, or leave it out with {LOAD_PLUGINS_ENV}"
             ) from exc
+    manager.hook.memcore_add_hookspecs(plugin_manager=manager)
     try:
         manager.check_pending()
     except pluggy.PluginValidationError as exc:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from memcore.cli import main
-from memcore.plugins import BUILTIN_PLUGIN_NAME
+from memcore.plugins import BENCH_PLUGIN_NAME, BUILTIN_PLUGIN_NAME
 
 BUILTIN_ROW = {
     "name": BUILTIN_PLUGIN_NAME,
@@ -24,11 +24,19 @@ BUILTIN_ROW = {
         ),
     },
 }
+BENCH_ROW = {
+    "name": BENCH_PLUGIN_NAME,
+    "distribution": None,
+    "version": None,
+    "hooks": ["memcore_add_hookspecs"],
+    "stores": {},
+    "embedders": {},
+}
 
 
 def test_plugins_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == [BUILTIN_ROW]
+    assert json.loads(capsys.readouterr().out) == [BUILTIN_ROW, BENCH_ROW]
 
 
 def test_plugins_json_includes_registered_plugins(
@@ -45,13 +53,15 @@ def test_plugins_json_includes_registered_plugins(
 
 def test_plugins_table(stub_plugin: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins"]) == 0
-    header, builtin, stub = capsys.readouterr().out.splitlines()
+    header, builtin, bench, stub = capsys.readouterr().out.splitlines()
     assert header.split() == ["NAME", "VERSION", "DISTRIBUTION", "HOOKS", "STORES", "EMBEDDERS"]
     assert builtin.startswith(BUILTIN_PLUGIN_NAME)
     assert "(built-in)" in builtin
     assert "memcore_register_embedders, memcore_register_stores" in builtin
     assert "memory://, jsonl://" in builtin
     assert builtin.endswith("hash, sentence-transformers/all-MiniLM-L6-v2")
+    assert bench.startswith(BENCH_PLUGIN_NAME)
+    assert "memcore_add_hookspecs" in bench
     assert stub.startswith(stub_plugin.name)
     assert "stub://, stub+extra://" in stub
     for column in ("VERSION", "DISTRIBUTION", "HOOKS", "STORES", "EMBEDDERS"):

@@ -19,7 +19,8 @@ import pytest
 
 import memcore
 from memcore import builtin_plugins, hookspecs
-from memcore.bench.raw import raw_client
+from memcore.bench import hookspecs as bench_hookspecs
+from memcore.bench.overhead import raw_client
 from memcore.bench.workloads import opened
 from memcore.embedders.base import Embedder
 from memcore.embedders.hashing import MAX_DIM, HashEmbedder
@@ -42,9 +43,14 @@ from memcore.store import BaseStore
 from memcore.stores.jsonl import JsonlStore
 from memcore.stores.memory import MemoryStore
 
-HOOK_NAMES = sorted(
-    name for name in vars(hookspecs) if pluggy.PluginManager("memcore").parse_hookspec_opts(hookspecs, name)
-)
+SPEC_MODULES = (hookspecs, bench_hookspecs)
+SPEC_MODULE_OF = {
+    name: module
+    for module in SPEC_MODULES
+    for name in vars(module)
+    if pluggy.PluginManager("memcore").parse_hookspec_opts(module, name)
+}
+HOOK_NAMES = sorted(SPEC_MODULE_OF)
 REGISTRATION_HOOKS = ["memcore_register_embedders", "memcore_register_stores"]
 """The hooks memcore's built-ins implement (the others are for plugins only)."""
 
@@ -90,6 +96,16 @@ def test_hook_memcore_bench_raw_client(register_plugin: Callable[[object, str], 
     register_plugin(_Baseline(), "baseline")
     assert raw_client("memory://") is baseline
     assert raw_client("jsonl:///tmp/x") is None
+
+
+def test_hook_memcore_add_hookspecs(fresh_plugins: pytest.MonkeyPatch) -> None:
+    manager = get_plugin_manager()
+    assert {"memcore_bench_raw_client", "memcore_bench_discard"} <= {
+        name for name in dir(manager.hook) if name.startswith("memcore_")
+    }
+    assert manager.hook.memcore_bench_raw_client.spec is not None
+    # The contract itself knows no benchmark: the bench plugin added those hooks.
+    assert not hasattr(hookspecs, "memcore_bench_raw_client")
 
 
 def test_hook_memcore_bench_discard(
@@ -662,14 +678,21 @@ def test_importing_memcore_is_cheap() -> None:
 
 
 def test_hookspecs_exist() -> None:
-    assert ["memcore_bench_discard", "memcore_bench_raw_client", *REGISTRATION_HOOKS] == HOOK_NAMES
+    assert [
+        "memcore_add_hookspecs",
+        "memcore_bench_discard",
+        "memcore_bench_raw_client",
+        *REGISTRATION_HOOKS,
+    ] == HOOK_NAMES
+    assert SPEC_MODULE_OF["memcore_bench_raw_client"] is bench_hookspecs
 
 
 @pytest.mark.parametrize("hook_name", HOOK_NAMES)
 def test_hookspec_is_documented(hook_name: str) -> None:
-    doc = inspect.getdoc(getattr(hookspecs, hook_name)) or ""
+    spec = getattr(SPEC_MODULE_OF[hook_name], hook_name)
+    doc = inspect.getdoc(spec) or ""
     assert "Called" in doc
-    for parameter in inspect.signature(getattr(hookspecs, hook_name)).parameters:
+    for parameter in inspect.signature(spec).parameters:
         assert f":param {parameter}:" in doc
     assert ":returns:" in doc
 

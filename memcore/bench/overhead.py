@@ -18,13 +18,20 @@ from typing import Any
 
 from memcore.bench.dataset import TENANT, Dataset, record, selective_scope
 from memcore.bench.progress import Progress
-from memcore.bench.raw import RawClient, raw_client
+from memcore.bench.raw import RawClient
 from memcore.bench.workloads import K, fresh, opened
+from memcore.plugins import get_plugin_manager
 from memcore.scope import Scope
 from memcore.store import Store
 
 OPERATIONS = ("add", "search", "get", "delete")
 QUERIES_PER_SAMPLE = 10
+
+
+def raw_client(url: str) -> RawClient | None:
+    """The raw-client baseline a loaded plugin offers for ``url`` (``memcore_bench_raw_client``), if any."""
+    client: RawClient | None = get_plugin_manager().hook.memcore_bench_raw_client(url=url)
+    return client
 
 
 def _seconds(action: Callable[[], object]) -> float:

@@ -1,7 +1,7 @@
 """The raw-client baseline: what a plugin's engine costs without memcore in between.
 
 A plugin provides one through the ``memcore_bench_raw_client`` hook (see
-:mod:`memcore.hookspecs`). It must do the work a careful user of the raw client
+:mod:`memcore.bench.hookspecs`). It must do the work a careful user of the raw client
 would do for the same result, no less and no more: write the same payloads the
 store writes (built by :meth:`RawClient.prepare`, before the clock starts),
 filter natively by the same scope, and parse the JSON documents it reads back,
@@ -39,11 +39,3 @@ class RawClient(Protocol):
 
     def close(self) -> None:
         """Release the client and its files."""
-
-
-def raw_client(url: str) -> RawClient | None:
-    """The raw-client baseline a loaded plugin offers for ``url``, if any."""
-    from memcore.plugins import get_plugin_manager
-
-    client: RawClient | None = get_plugin_manager().hook.memcore_bench_raw_client(url=url)
-    return client

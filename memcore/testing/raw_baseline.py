@@ -10,9 +10,9 @@ import tempfile
 from uuid import UUID
 
 from memcore.bench.dataset import TENANT, Dataset, random_dataset, record, selective_scope
-from memcore.bench.overhead import OPERATIONS, adapter_overhead
+from memcore.bench.overhead import OPERATIONS, adapter_overhead, raw_client
 from memcore.bench.progress import no_progress
-from memcore.bench.raw import RawClient, raw_client
+from memcore.bench.raw import RawClient
 from memcore.bench.workloads import fresh
 from memcore.plugins import open_store
 from memcore.records import MemoryRecord
