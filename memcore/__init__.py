@@ -17,19 +17,34 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from memcore import errors
+from memcore import errors as errors
 
+# For type checkers only (``X as X``: an explicit re-export); at run time each name is imported
+# on first use from the module _LAZY_EXPORTS names.
 if TYPE_CHECKING:
-    from memcore.context import ChronologicalContextCreator, ContextCreator, ScoreBasedContextCreator
-    from memcore.hookspecs import hookimpl
-    from memcore.memories import AgentMemory, ChatHistoryMemory, LongtermMemory, VectorMemory
-    from memcore.plugins import open_embedder, open_store
-    from memcore.policy import MemoryPolicy
-    from memcore.records import ContextRecord, MemoryRecord, Message, ScoredRecord
-    from memcore.scope import Scope
-    from memcore.sessions import MemoryModel, SessionMemory
-    from memcore.store import BaseStore, Capabilities, Store
-    from memcore.tokens import HeuristicTokenCounter, TokenCounter
+    from memcore.context import ChronologicalContextCreator as ChronologicalContextCreator
+    from memcore.context import ContextCreator as ContextCreator
+    from memcore.context import ScoreBasedContextCreator as ScoreBasedContextCreator
+    from memcore.hookspecs import hookimpl as hookimpl
+    from memcore.memories import AgentMemory as AgentMemory
+    from memcore.memories import ChatHistoryMemory as ChatHistoryMemory
+    from memcore.memories import LongtermMemory as LongtermMemory
+    from memcore.memories import VectorMemory as VectorMemory
+    from memcore.plugins import open_embedder as open_embedder
+    from memcore.plugins import open_store as open_store
+    from memcore.policy import MemoryPolicy as MemoryPolicy
+    from memcore.records import ContextRecord as ContextRecord
+    from memcore.records import MemoryRecord as MemoryRecord
+    from memcore.records import Message as Message
+    from memcore.records import ScoredRecord as ScoredRecord
+    from memcore.scope import Scope as Scope
+    from memcore.sessions import MemoryModel as MemoryModel
+    from memcore.sessions import SessionMemory as SessionMemory
+    from memcore.store import BaseStore as BaseStore
+    from memcore.store import Capabilities as Capabilities
+    from memcore.store import Store as Store
+    from memcore.tokens import HeuristicTokenCounter as HeuristicTokenCounter
+    from memcore.tokens import TokenCounter as TokenCounter
 
 _LAZY_EXPORTS: dict[str, str] = {
     "AgentMemory": "memcore.memories",
@@ -57,32 +72,7 @@ _LAZY_EXPORTS: dict[str, str] = {
     "open_store": "memcore.plugins",
 }
 
-__all__ = [
-    "AgentMemory",
-    "BaseStore",
-    "Capabilities",
-    "ChatHistoryMemory",
-    "ChronologicalContextCreator",
-    "ContextCreator",
-    "ContextRecord",
-    "HeuristicTokenCounter",
-    "LongtermMemory",
-    "MemoryModel",
-    "MemoryPolicy",
-    "MemoryRecord",
-    "Message",
-    "Scope",
-    "ScoreBasedContextCreator",
-    "ScoredRecord",
-    "SessionMemory",
-    "Store",
-    "TokenCounter",
-    "VectorMemory",
-    "errors",
-    "hookimpl",
-    "open_embedder",
-    "open_store",
-]
+__all__ = sorted(["errors", *_LAZY_EXPORTS])
 
 
 if not TYPE_CHECKING:

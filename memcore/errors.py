@@ -61,10 +61,6 @@ class FilterError(InvalidInputError):
     """A filter is malformed: unknown operator or field, or a value of the wrong type."""
 
 
-class UnsupportedFilterError(FilterError):
-    """A backend cannot evaluate this (valid) filter, natively or exactly in Python."""
-
-
 class InvalidLimitError(InvalidInputError):
     """A ``limit`` is not a positive integer within the allowed maximum."""
 
