@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 import reprlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
@@ -43,9 +43,7 @@ from memcore.scope import SCOPE_FIELDS
 Scalar: TypeAlias = str | int | float | bool | datetime
 """A value a comparison compares against."""
 
-ComparisonOp = Literal["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains"]
 RANGE_OPS: frozenset[str] = frozenset({"$gt", "$gte", "$lt", "$lte"})
-COMPARISON_OPS: frozenset[str] = frozenset({"$eq", "$ne", "$in", "$nin", "$exists", "$contains"} | RANGE_OPS)
 LOGICAL_OPS: frozenset[str] = frozenset({"$and", "$or", "$not"})
 ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
 METADATA_PREFIX = "metadata."
@@ -56,13 +54,48 @@ MAX_FILTER_TERMS = 1024
 one per value. Every backend serves any filter within it (natively, in chunks or exactly), so
 none is handed an expression its engine crashes on or refuses."""
 
+FieldType = Literal["role", "string", "datetime", "metadata"]
+"""How a field's values are typed: ``role`` one of :data:`ROLES`; ``string`` any string (``kind``);
+``datetime`` an aware datetime (``created_at``); ``metadata`` a metadata value (string, number,
+boolean or list of strings), possibly missing."""
+
+Operand = Literal["scalar", "list", "bool", "string"]
+"""What an operator takes: one value of the field's type, a list of them, true/false, or a string."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """A filterable field: its name (``metadata.`` for every metadata key), type and value.
+
+    :param read: ``read(record, field)``, the field's value in a record, or :data:`MISSING`.
+    """
+
+    name: str
+    type: FieldType
+    read: Callable[[MemoryRecord, str], object]
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """A comparison operator: what it takes, on which fields, and what it means.
+
+    :param matches: the reference semantics, ``matches(stored, value)``, where ``stored`` is the
+        record's value of the field or :data:`MISSING`.
+    :param field_types: the field types it applies to.
+    """
+
+    name: str
+    operand: Operand
+    field_types: frozenset[FieldType]
+    matches: Callable[[Any, Any], bool]
+
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """``field op value``. ``value`` is a tuple for ``$in``/``$nin``, a bool for ``$exists``."""
 
     field: str
-    op: ComparisonOp
+    op: str
     value: Scalar | tuple[Scalar, ...]
 
 
@@ -157,10 +190,11 @@ def _check_node(node: Any, depth: int) -> Filter:
     depth = _check_depth(depth)
     if isinstance(node, Comparison):
         _check_field(node.field)
-        if node.op not in COMPARISON_OPS:
-            raise FilterError(f"{node.field}: unknown operator {node.op!r}")
+        operator = OPERATORS.get(node.op)
+        if operator is None:
+            raise FilterError(f"{node.field}: unknown operator {_shown(node.op)}")
         value = (
-            list(node.value) if node.op in ("$in", "$nin") and isinstance(node.value, tuple) else node.value
+            list(node.value) if operator.operand == "list" and isinstance(node.value, tuple) else node.value
         )
         checked = _comparison(node.field, node.op, value)
         if checked != node:
@@ -209,59 +243,71 @@ def _parse_operators(field: str, operators: Mapping[str, Any], depth: int) -> Fi
             if not isinstance(value, Mapping) or not value:
                 raise FilterError(f"{field}: $not takes a non-empty operator dict, got {_shown(value)}")
             clauses.append(Not(_parse_operators(field, value, depth)))
-        elif op in COMPARISON_OPS:
+        elif op in OPERATORS:
             clauses.append(_comparison(field, op, value))
         else:
             raise FilterError(
-                f"{field}: unknown operator {_shown(op)}; use one of {sorted(COMPARISON_OPS | {'$not'})}"
+                f"{field}: unknown operator {_shown(op)}; use one of {sorted([*OPERATORS, '$not'])}"
             )
     return clauses[0] if len(clauses) == 1 else And(tuple(clauses))
 
 
-def _check_field(field: str) -> None:
-    if field in ("role", "kind", "created_at"):
-        return
+def field_spec(field: str) -> FieldSpec:
+    """The :class:`FieldSpec` of a filter field name.
+
+    :raises FilterError: for a field no filter may test (scope fields included: the scope is the
+        call's own argument).
+    """
+    spec = FIELDS.get(field)
+    if spec is not None:
+        return spec
     if field.startswith(METADATA_PREFIX) and METADATA_KEY.fullmatch(field[len(METADATA_PREFIX) :]):
-        return
+        return METADATA_FIELD
     bare = field.removeprefix("scope.")
     if bare in SCOPE_FIELDS:
         raise FilterError(
             f"{field!r} is a scope field: pass the scope as the call's scope argument, "
             "never inside the filter"
         )
-    raise FilterError(f"unknown filter field {field!r}; use role, kind, created_at or metadata.<key>")
+    raise FilterError(f"unknown filter field {field!r}; use {', '.join(FIELDS)} or metadata.<key>")
+
+
+def _check_field(field: str) -> None:
+    field_spec(field)
 
 
 def _comparison(field: str, op: str, value: Any) -> Comparison:
-    if op == "$exists":
+    spec, operator = field_spec(field), OPERATORS[op]
+    if spec.type not in operator.field_types:
+        raise FilterError(f"{op} applies to {', '.join(sorted(operator.field_types))} fields, not {field}")
+    if operator.operand == "bool":
         if not isinstance(value, bool):
-            raise FilterError(f"{field}: $exists takes true or false, got {_shown(value)}")
-        return Comparison(field, "$exists", value)
-    if op in ("$in", "$nin"):
+            raise FilterError(f"{field}: {op} takes true or false, got {_shown(value)}")
+        return Comparison(field, op, value)
+    if operator.operand == "string":
+        if not isinstance(value, str):
+            raise FilterError(f"{field}: {op} takes a string, got {_shown(value)}")
+        return Comparison(field, op, value)
+    if operator.operand == "list":
         if not isinstance(value, list | tuple):
             raise FilterError(f"{field}: {op} takes a list, got {_shown(value)}")
         if len(value) > MAX_FILTER_TERMS:
             raise FilterError(f"{field}: {op} takes at most {MAX_FILTER_TERMS} values, got {len(value)}")
-        return Comparison(field, op, tuple(_scalar(field, op, item) for item in value))  # type: ignore[arg-type]
-    if op == "$contains":
-        if field in ("role", "kind", "created_at"):
-            raise FilterError(f"$contains applies to list metadata fields, not {field}")
-        if not isinstance(value, str):
-            raise FilterError(f"{field}: $contains takes a string, got {_shown(value)}")
-        return Comparison(field, "$contains", value)
-    scalar = _scalar(field, op, value)
+        return Comparison(field, op, tuple(_scalar(spec, op, item) for item in value))
+    scalar = _scalar(spec, op, value)
     if op in RANGE_OPS and (isinstance(scalar, bool | str)):
         raise FilterError(f"{field}: {op} compares numbers or datetimes, got {_shown(value)}")
-    return Comparison(field, op, scalar)  # type: ignore[arg-type]
+    return Comparison(field, op, scalar)
 
 
-def _scalar(field: str, op: str, value: Any) -> Scalar:
-    if field == "created_at":
+def _scalar(spec: FieldSpec, op: str, value: Any) -> Scalar:
+    field = spec.name
+    if spec.type == "datetime":
         return _datetime(field, op, value)
-    if field in ("role", "kind"):
+    if spec.type in ("role", "string"):
         if not isinstance(value, str):
             raise FilterError(f"{field}: {op} takes a string, got {_shown(value)}")
-        if field == "role" and value not in ROLES:
+        if spec.type == "role" and value not in ROLES:
             raise FilterError(f"role {_shown(value)} is not one of {sorted(ROLES)}")
         return value
     if isinstance(value, bool | str):
@@ -292,31 +338,25 @@ def _datetime(field: str, op: str, value: Any) -> datetime:
 
 
 def field_value(record: MemoryRecord, field: str) -> MetadataValue | datetime:
-    """The value of ``field`` in ``record``, or :data:`MISSING`."""
-    if field == "role":
-        return record.message.role
-    if field == "kind":
-        return record.kind
-    if field == "created_at":
-        return record.created_at
-    value: MetadataValue = record.metadata.get(field[len(METADATA_PREFIX) :], MISSING)
-    return value
+    """The value of ``field`` (a parsed filter's field name) in ``record``, or :data:`MISSING`."""
+    return FIELDS.get(field, METADATA_FIELD).read(record, field)  # type: ignore[return-value]
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
+    """Whether ``value`` is an int or a float (a bool is neither, in filters)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def scalars_equal(stored: object, wanted: Scalar) -> bool:
     """Equality as filters define it: same type, except that ints and floats compare as numbers."""
-    if _is_number(stored) and _is_number(wanted):
+    if is_number(stored) and is_number(wanted):
         return stored == wanted
     return type(stored) is type(wanted) and stored == wanted
 
 
 def _equality_key(value: object) -> tuple[object, object]:
     """A hashable key equal for two values exactly when :func:`scalars_equal` holds."""
-    return ("number" if _is_number(value) else type(value), value)
+    return ("number" if is_number(value) else type(value), value)
 
 
 @functools.lru_cache(maxsize=256)
@@ -326,6 +366,8 @@ def _keys_of(values: tuple[Scalar, ...]) -> frozenset[tuple[object, object]]:
 
 def _matches_any(stored: object, values: tuple[Scalar, ...]) -> bool:
     """``$in`` in time independent of the list's length (a filter may hold a thousand values)."""
+    if stored is MISSING:
+        return False
     keys = _keys_of(values)
     if isinstance(stored, list):
         return any(_equality_key(item) in keys for item in stored)
@@ -333,43 +375,62 @@ def _matches_any(stored: object, values: tuple[Scalar, ...]) -> bool:
 
 
 def _matches_eq(stored: object, wanted: Scalar) -> bool:
+    if stored is MISSING:
+        return False
     if isinstance(stored, list):
         return any(scalars_equal(item, wanted) for item in stored)
     return scalars_equal(stored, wanted)
 
 
-def _matches_range(stored: object, op: str, bound: Scalar) -> bool:
-    comparable = (_is_number(stored) and _is_number(bound)) or (
+def _comparable(stored: object, bound: Scalar) -> bool:
+    return (is_number(stored) and is_number(bound)) or (
         isinstance(stored, datetime) and isinstance(bound, datetime)
     )
-    if not comparable:
-        return False
-    if op == "$gt":
-        return stored > bound  # type: ignore[operator]
-    if op == "$gte":
-        return stored >= bound  # type: ignore[operator]
-    if op == "$lt":
-        return stored < bound  # type: ignore[operator]
-    return stored <= bound  # type: ignore[operator]
+
+
+_EVERY_TYPE: frozenset[FieldType] = frozenset({"role", "string", "datetime", "metadata"})
+_ORDERED_TYPES: frozenset[FieldType] = frozenset({"datetime", "metadata"})
+
+OPERATORS: dict[str, Operator] = {
+    op.name: op
+    for op in (
+        Operator("$eq", "scalar", _EVERY_TYPE, _matches_eq),
+        Operator("$ne", "scalar", _EVERY_TYPE, lambda stored, value: not _matches_eq(stored, value)),
+        Operator("$in", "list", _EVERY_TYPE, _matches_any),
+        Operator("$nin", "list", _EVERY_TYPE, lambda stored, values: not _matches_any(stored, values)),
+        Operator("$gt", "scalar", _ORDERED_TYPES, lambda s, b: _comparable(s, b) and s > b),
+        Operator("$gte", "scalar", _ORDERED_TYPES, lambda s, b: _comparable(s, b) and s >= b),
+        Operator("$lt", "scalar", _ORDERED_TYPES, lambda s, b: _comparable(s, b) and s < b),
+        Operator("$lte", "scalar", _ORDERED_TYPES, lambda s, b: _comparable(s, b) and s <= b),
+        Operator("$exists", "bool", _EVERY_TYPE, lambda stored, value: (stored is not MISSING) is value),
+        Operator("$contains", "string", frozenset({"metadata"}), lambda s, v: isinstance(s, list) and v in s),
+    )
+}
+"""Every comparison operator, by name: the parser, the reference evaluator and the test strategies
+read this table. A backend's compiler says which of them it expresses natively
+(:meth:`memcore.store.BaseStore._expresses`); the store evaluates the others exactly."""
+
+FIELDS: dict[str, FieldSpec] = {
+    spec.name: spec
+    for spec in (
+        FieldSpec("role", "role", lambda record, _: record.message.role),
+        FieldSpec("kind", "string", lambda record, _: record.kind),
+        FieldSpec("created_at", "datetime", lambda record, _: record.created_at),
+    )
+}
+"""The record fields a filter may test besides metadata keys."""
+
+METADATA_FIELD = FieldSpec(
+    METADATA_PREFIX,
+    "metadata",
+    lambda record, field: record.metadata.get(field[len(METADATA_PREFIX) :], MISSING),
+)
+"""The spec every ``metadata.<key>`` field shares."""
 
 
 def _evaluate_comparison(node: Comparison, record: MemoryRecord) -> bool:
-    stored = field_value(record, node.field)
-    present = stored is not MISSING
-    op, value = node.op, node.value
-    if op == "$exists":
-        return present is value
-    if op == "$eq":
-        return present and _matches_eq(stored, value)  # type: ignore[arg-type]
-    if op == "$ne":
-        return not (present and _matches_eq(stored, value))  # type: ignore[arg-type]
-    if op == "$in":
-        return present and _matches_any(stored, value)  # type: ignore[arg-type]
-    if op == "$nin":
-        return not (present and _matches_any(stored, value))  # type: ignore[arg-type]
-    if op == "$contains":
-        return isinstance(stored, list) and value in stored
-    return present and _matches_range(stored, op, value)  # type: ignore[arg-type]
+    stored = FIELDS.get(node.field, METADATA_FIELD).read(record, node.field)
+    return OPERATORS[node.op].matches(stored, node.value)
 
 
 def evaluate(node: Filter | None, record: MemoryRecord) -> bool:
@@ -388,3 +449,39 @@ def evaluate(node: Filter | None, record: MemoryRecord) -> bool:
 def filter_records(node: Filter | None, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     """The records that match ``node``, in their given order."""
     return [record for record in records if evaluate(node, record)]
+
+
+def split_filter(
+    node: Filter | None, expresses: Callable[[Comparison], bool]
+) -> tuple[Filter | None, Filter | None]:
+    """Split ``node`` into what a backend evaluates natively and the residue evaluated exactly.
+
+    Returns ``(native, residue)``: every record matching ``node`` matches ``native``, and it
+    matches ``node`` exactly when it also matches ``residue``. A conjunction is split clause by
+    clause; any other node goes whole to one side.
+
+    :param expresses: whether the backend evaluates a comparison exactly as :func:`evaluate` does.
+    """
+    if node is None or _expressed(node, expresses):
+        return node, None
+    if isinstance(node, And):
+        native = [clause for clause in node.clauses if _expressed(clause, expresses)]
+        residue = [clause for clause in node.clauses if not _expressed(clause, expresses)]
+        return conjunction(native), conjunction(residue)
+    return None, node
+
+
+def _expressed(node: Filter, expresses: Callable[[Comparison], bool]) -> bool:
+    if isinstance(node, Comparison):
+        return expresses(node)
+    if isinstance(node, Not):
+        return _expressed(node.clause, expresses)
+    return all(_expressed(clause, expresses) for clause in node.clauses)
+
+
+def conjunction(clauses: Sequence[Filter | None]) -> Filter | None:
+    """Every clause holds (``None`` clauses left out): ``None``, the one clause, or an :class:`And`."""
+    present = [clause for clause in clauses if clause is not None]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else And(tuple(present))

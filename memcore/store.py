@@ -3,16 +3,18 @@
 A store keeps :class:`~memcore.records.MemoryRecord` objects, optionally with a
 vector each, and answers reads that are always scoped. A record is its exact
 scope plus its id: two scopes may hold records with the same id, and neither
-can tell, overwrite or block the other's (a wide scope's ``get`` sees both). :class:`Store` is the
-protocol callers program against; :class:`BaseStore` is the class backends
-subclass: it validates every argument the same way for all backends (see
-:mod:`memcore.validation`), refuses calls after :meth:`~BaseStore.close`, and
-hands the backend clean, parsed input through a small set of ``_methods``.
+can tell, overwrite or block the other's (a wide scope's ``get`` sees both). :class:`BaseStore`
+(also named :data:`Store`) is both what callers program against and what backends subclass: its
+public methods are the one statement of the contract's signatures; it validates every argument
+the same way for all backends (see :mod:`memcore.validation`), refuses calls after
+:meth:`~BaseStore.close`, builds request objects (:mod:`memcore.queries`) and hands them to a
+small set of ``_hooks``, evaluating exactly what a backend declines to (:meth:`BaseStore._expresses`).
 """
 
 from __future__ import annotations
 
 import builtins
+import itertools
 import os
 import threading
 import weakref
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import ClassVar, Literal, Self, TypeAlias
 from uuid import UUID
 
 from memcore.errors import (
@@ -32,8 +34,10 @@ from memcore.errors import (
     StoreForkedError,
     UnsupportedOperationError,
 )
-from memcore.filters import Filter, FilterSpec, parse_filter
+from memcore.filters import Comparison, Filter, FilterSpec, conjunction, evaluate, parse_filter, split_filter
 from memcore.keywords import bm25_scores
+from memcore.kit import order_key
+from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, in_utc
 from memcore.scope import Scope, scope_order
 from memcore.validation import (
@@ -50,7 +54,9 @@ from memcore.validation import (
     normalize_rows,
 )
 
-Order = Literal["asc", "desc"]
+_OVERFETCH = 4
+"""How many times ``limit`` hits a search with a residue filter reads, and by how much it grows."""
+_MIN_FETCH = 32
 
 
 @dataclass(frozen=True)
@@ -84,98 +90,6 @@ class VectorSpace:
 
     embedder: str
     dimension: int
-
-
-@runtime_checkable
-class Store(Protocol):
-    """What memories and tools need from a storage backend.
-
-    Every read and delete takes a :class:`~memcore.scope.Scope` and returns or
-    touches only records within it. A record is its exact scope plus its UUID id;
-    ``add`` upserts the record of the same scope and id.
-    """
-
-    name: ClassVar[str]
-    capabilities: ClassVar[Capabilities]
-
-    @property
-    def dimension(self) -> int | None:
-        """The vector dimension, fixed by the first vector written (``None`` before)."""
-        ...
-
-    def add(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
-        """Insert or replace records (by exact scope and id), each with its vector if ``vectors`` is given."""
-        ...
-
-    def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
-        """The records with these ids that ``scope`` can see, in the order asked (an id held
-        by several exact scopes within ``scope`` gives each of those records)."""
-        ...
-
-    def vectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
-        """The unit vectors of the records with these ids that ``scope`` can see and that have one;
-        :class:`~memcore.errors.AmbiguousIdError` if an id names records of several exact scopes."""
-        ...
-
-    def list(
-        self,
-        scope: Scope,
-        *,
-        filter: FilterSpec | Filter | None = None,
-        order: Order = "asc",
-        limit: int | None = None,
-        before: datetime | None = None,
-        after: datetime | None = None,
-    ) -> builtins.list[MemoryRecord]:
-        """Records in ``created_at`` order (then id), optionally filtered and bounded."""
-        ...
-
-    def search(
-        self,
-        scope: Scope,
-        *,
-        vector: Vector | None = None,
-        text: str | None = None,
-        keywords: str | None = None,
-        filter: FilterSpec | Filter | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> builtins.list[ScoredRecord]:
-        """The best matches by cosine similarity and/or case-insensitive text match, or by BM25 keywords."""
-        ...
-
-    def count(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
-        """How many records ``scope`` can see that match ``filter``."""
-        ...
-
-    def delete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
-        """Delete these records if ``scope`` can see them; return how many existed."""
-        ...
-
-    def delete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
-        """Delete every record in ``scope`` matching ``filter`` (``{}``: all of them)."""
-        ...
-
-    def purge(self) -> None:
-        """Physically erase deleted records from everything the store persists."""
-        ...
-
-    def vector_space(self) -> VectorSpace | None:
-        """The embedder the store's vectors come from, once one was bound."""
-        ...
-
-    def bind_vector_space(self, space: VectorSpace) -> None:
-        """Record the embedder of the store's vectors; refuse a different one."""
-        ...
-
-    def close(self) -> None:
-        """Release the store; later calls raise :class:`~memcore.errors.StoreClosedError`."""
-        ...
-
-    def __enter__(self) -> Self: ...
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
 
 
 _open_stores: weakref.WeakSet[BaseStore] = weakref.WeakSet()
@@ -325,14 +239,14 @@ class BaseStore(ABC):
         self._check_open()
         if order not in ("asc", "desc"):
             raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
-        return self._list(
-            check_scope(scope),
+        query = ListQuery(
             parse_filter(filter),
             order,
             check_limit(limit, required=False),
             _check_datetime("before", before),
             _check_datetime("after", after),
         )
+        return self._list_with_residue(check_scope(scope), query)
 
     def search(
         self,
@@ -365,9 +279,8 @@ class BaseStore(ABC):
                 raise InvalidInputError(f"keywords must be a non-empty string, got {keywords!r}")
             if vector is not None or text is not None:
                 raise InvalidInputError("keywords rank on their own: search with vector or text separately")
-            return self._keyword_search(
-                scope, keywords, parse_filter(filter), check_limit(limit, required=True)
-            )
+            ranked = KeywordQuery(keywords, parse_filter(filter), check_limit(limit, required=True))
+            return self._keyword_search_with_residue(scope, ranked)
         if vector is None and text is None:
             raise InvalidInputError("search needs a vector, a text, or keywords; use list() to browse")
         if text is not None and (not isinstance(text, str) or not text.strip()):
@@ -375,18 +288,22 @@ class BaseStore(ABC):
         # Read once: a dimension never changes once set, so checking against this
         # value stays right even if another thread writes the first vector meanwhile.
         dimension = self._expected_dimension()
-        query = None if vector is None else normalize_rows(check_query_vector(vector, dimension))
+        unit = None if vector is None else normalize_rows(check_query_vector(vector, dimension))
         node = parse_filter(filter)
         bounded = check_limit(limit, required=True)
         assert bounded is not None
-        if query is not None and dimension is None:
+        if unit is not None and dimension is None:
             return []
-        return self._search(scope, query, text, node, bounded)
+        return self._search_with_residue(scope, SearchQuery(unit, text, node, bounded))
 
     def count(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
         """How many records ``scope`` can see that match ``filter``."""
         self._check_open()
-        return self._count(check_scope(scope), parse_filter(filter))
+        scope = check_scope(scope)
+        native, residue = split_filter(parse_filter(filter), self._expresses)
+        if residue is None:
+            return self._count(scope, native)
+        return len(self._residue_matches(scope, native, residue))
 
     def delete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
         """Delete the records with these ids that ``scope`` can see.
@@ -410,7 +327,14 @@ class BaseStore(ABC):
         self._check_open()
         if filter is None:
             raise InvalidInputError("delete_where needs a filter; pass {} to delete the whole scope")
-        return self._delete_where(check_scope(scope), parse_filter(filter))
+        scope = check_scope(scope)
+        native, residue = split_filter(parse_filter(filter), self._expresses)
+        if residue is None:
+            return self._delete_where(scope, native)
+        by_scope: dict[tuple[str | None, ...], tuple[Scope, builtins.list[UUID]]] = {}
+        for record in self._residue_matches(scope, native, residue):
+            by_scope.setdefault(record.scope.as_tuple(), (record.scope.exact(), []))[1].append(record.id)
+        return sum(self._delete(exact, ids) for exact, ids in by_scope.values())
 
     def purge(self) -> None:
         """Physically erase deleted records from everything the store persists.
@@ -520,11 +444,67 @@ class BaseStore(ABC):
     def _save_vector_space(self, space: VectorSpace) -> None:
         self._bound_space = space
 
-    @abstractmethod
-    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None: ...
+    # -- the exact fallback: what a backend does not express natively, evaluated here ------------
+
+    def _expresses(self, comparison: Comparison) -> bool:
+        """Whether the backend's ``_list``, ``_search``, ``_count`` and ``_delete_where`` evaluate
+        ``comparison`` exactly as :func:`memcore.filters.evaluate` does.
+
+        The default, ``True``, suits a backend that evaluates filters with the reference
+        evaluator. A backend that compiles filters into its engine's query language answers
+        from its compiler (an operator it has no translation for, a value its engine
+        compares inexactly): those clauses never reach its hooks; :class:`BaseStore`
+        pushes the rest of the filter down and evaluates them on what comes back.
+        """
+        return True
+
+    def _residue_matches(
+        self, scope: Scope, native: Filter | None, residue: Filter
+    ) -> builtins.list[MemoryRecord]:
+        """Every record of ``scope`` matching ``native`` in the engine and ``residue`` here."""
+        return [r for r in self._list(scope, ListQuery(native)) if evaluate(residue, r)]
+
+    def _list_with_residue(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        # The time bounds are comparisons on created_at too: one the backend declines (a time
+        # its engine compares inexactly) joins the residue.
+        declined = [bound for bound in query.time_bounds() if not self._expresses(bound)]
+        native, residue = split_filter(conjunction([query.filter, *declined]), self._expresses)
+        if residue is None:
+            return self._list(scope, query)
+        pushed = query.without_time_bounds(declined).with_filter(native, limit=None)
+        matching = (r for r in self._list(scope, pushed) if evaluate(residue, r))
+        return builtins.list(itertools.islice(matching, query.limit))
+
+    def _search_with_residue(self, scope: Scope, query: SearchQuery) -> builtins.list[ScoredRecord]:
+        native, residue = split_filter(query.filter, self._expresses)
+        if residue is None:
+            return self._search(scope, query)
+        # A ranking with some hits left out keeps its order: fetch more of it until ``limit``
+        # hits pass, or the engine has no more to give.
+        fetch = max(query.limit * _OVERFETCH, _MIN_FETCH)
+        while True:
+            hits = self._search(scope, query.with_filter(native, limit=fetch))
+            passing = [hit for hit in hits if evaluate(residue, hit.record)]
+            if len(passing) >= query.limit or len(hits) < fetch:
+                return passing[: query.limit]
+            fetch *= _OVERFETCH
+
+    def _keyword_search_with_residue(self, scope: Scope, query: KeywordQuery) -> builtins.list[ScoredRecord]:
+        native, residue = split_filter(query.filter, self._expresses)
+        if residue is None:
+            return self._keyword_search(scope, query)
+        return rank_by_keywords(query, self._residue_matches(scope, native, residue))
+
+    # -- the hooks a backend implements -------------------------------------------------------
 
     @abstractmethod
-    def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]: ...
+    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        """Upsert ``records`` (checked), with ``vectors`` (unit rows, checked against :attr:`dimension`
+        before the call: a backend re-checks under its own lock with :func:`memcore.kit.check_dimension`)."""
+
+    @abstractmethod
+    def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
+        """The records of ``ids`` (distinct) within ``scope``, in any order."""
 
     def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
         """Each vector-bearing record of ``ids`` within ``scope``, as ``(id, unit vector)``;
@@ -533,41 +513,48 @@ class BaseStore(ABC):
         raise UnsupportedOperationError(f"the {self.name} store cannot read vectors back (no _vectors hook)")
 
     @abstractmethod
-    def _list(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> builtins.list[MemoryRecord]: ...
+    def _list(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        """The records of ``scope`` that ``query`` selects, in its order, at most its limit."""
 
     @abstractmethod
-    def _search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> builtins.list[ScoredRecord]: ...
+    def _search(self, scope: Scope, query: SearchQuery) -> builtins.list[ScoredRecord]:
+        """The best ``query.limit`` hits of ``scope``: by cosine similarity (scores in [-1, 1]) among
+        records with a vector when ``query.vector`` is set, else newest first with score 1.0."""
 
     @abstractmethod
-    def _count(self, scope: Scope, node: Filter | None) -> int: ...
+    def _count(self, scope: Scope, node: Filter | None) -> int:
+        """How many records of ``scope`` match ``node``."""
 
-    def _keyword_search(
-        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
-    ) -> builtins.list[ScoredRecord]:
-        """BM25 over every record ``scope`` can see that matches ``node``: the exact fallback.
+    def _keyword_search(self, scope: Scope, query: KeywordQuery) -> builtins.list[ScoredRecord]:
+        """BM25 over every record ``scope`` can see that matches the query's filter: an exact scan.
 
         A backend whose engine ranks keywords natively overrides this.
         """
-        records = self._list(scope, node, "desc", None, None, None)
-        scores = bm25_scores(keywords, [record.message.content for record in records])
-        ranked = sorted((i for i, score in enumerate(scores) if score > 0), key=lambda i: -scores[i])
-        return [ScoredRecord.of(records[i], scores[i]) for i in ranked[:limit]]
+        return rank_by_keywords(query, self._list(scope, ListQuery(query.filter)))
 
     @abstractmethod
-    def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int: ...
+    def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
+        """Delete the records of ``ids`` within ``scope``; how many there were."""
 
     @abstractmethod
-    def _delete_where(self, scope: Scope, node: Filter | None) -> int: ...
+    def _delete_where(self, scope: Scope, node: Filter | None) -> int:
+        """Delete the records of ``scope`` matching ``node``; how many there were."""
 
     @abstractmethod
-    def _close(self) -> None: ...
+    def _close(self) -> None:
+        """Release the engine (called once, in the process that opened the store)."""
+
+
+Store: TypeAlias = BaseStore
+"""What memories and tools program against: any :class:`BaseStore`."""
+
+
+def rank_by_keywords(query: KeywordQuery, records: Sequence[MemoryRecord]) -> builtins.list[ScoredRecord]:
+    """``records`` ranked by BM25 against ``query.keywords``, best first, newest first among equals.
+
+    :param records: the candidates, newest first (any order: they are sorted here).
+    """
+    newest_first = sorted(records, key=order_key, reverse=True)
+    scores = bm25_scores(query.keywords, [record.message.content for record in newest_first])
+    ranked = sorted((i for i, score in enumerate(scores) if score > 0), key=lambda i: -scores[i])
+    return [ScoredRecord.of(newest_first[i], scores[i]) for i in ranked[: query.limit]]

@@ -31,7 +31,6 @@ import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Self
 from uuid import UUID
@@ -47,9 +46,10 @@ from memcore.errors import (
 from memcore.filters import Filter
 from memcore.locking import fsync_dir, lock_path
 from memcore.model_base import STORED
+from memcore.queries import KeywordQuery, ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
-from memcore.store import BaseStore, Capabilities, Order, VectorSpace
+from memcore.store import BaseStore, Capabilities, VectorSpace
 from memcore.stores import jsonl_log
 from memcore.stores.scoped_index import RecordKey, ScopedIndex
 from memcore.validation import Matrix, check_dimension
@@ -446,33 +446,21 @@ class JsonlStore(BaseStore):
             self._check_open()
             return self._index.vectors(scope, ids)
 
-    def _list(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> list[MemoryRecord]:
+    def _list(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
         with self._lock:
             self._check_open()
-            return self._index.ordered(scope, node, order, limit, before, after)
+            return self._index.ordered(scope, query)
 
-    def _search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> list[ScoredRecord]:
+    def _search(self, scope: Scope, query: SearchQuery) -> list[ScoredRecord]:
         with self._lock:
             self._check_open()
-            return self._index.search(scope, query, text, node, limit)
+            return self._index.search(scope, query)
 
-    def _keyword_search(
-        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
-    ) -> list[ScoredRecord]:
+    def _keyword_search(self, scope: Scope, query: KeywordQuery) -> list[ScoredRecord]:
         with self._lock:
             self._check_open()
-            hits = self._index.keyword_search(scope, keywords, node, limit)
-        return hits if hits is not None else super()._keyword_search(scope, keywords, node, limit)
+            hits = self._index.keyword_search(scope, query)
+        return hits if hits is not None else super()._keyword_search(scope, query)
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import ClassVar, Self
 from uuid import UUID
 
 from memcore.errors import InvalidInputError
 from memcore.filters import Filter
+from memcore.queries import KeywordQuery, ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
-from memcore.store import BaseStore, Capabilities, Order
+from memcore.store import BaseStore, Capabilities
 from memcore.stores.scoped_index import ScopedIndex
 from memcore.validation import Matrix, check_dimension
 
@@ -59,30 +59,18 @@ class MemoryStore(BaseStore):
         with self._lock:
             return self._index.vectors(scope, ids)
 
-    def _list(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> list[MemoryRecord]:
+    def _list(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
         with self._lock:
-            return self._index.ordered(scope, node, order, limit, before, after)
+            return self._index.ordered(scope, query)
 
-    def _search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> list[ScoredRecord]:
+    def _search(self, scope: Scope, query: SearchQuery) -> list[ScoredRecord]:
         with self._lock:
-            return self._index.search(scope, query, text, node, limit)
+            return self._index.search(scope, query)
 
-    def _keyword_search(
-        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
-    ) -> list[ScoredRecord]:
+    def _keyword_search(self, scope: Scope, query: KeywordQuery) -> list[ScoredRecord]:
         with self._lock:
-            hits = self._index.keyword_search(scope, keywords, node, limit)
-        return hits if hits is not None else super()._keyword_search(scope, keywords, node, limit)
+            hits = self._index.keyword_search(scope, query)
+        return hits if hits is not None else super()._keyword_search(scope, query)
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:

@@ -19,9 +19,9 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.filters import And, Comparison, Filter, Not
+from memcore.queries import Order
 from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import Scope
-from memcore.store import Order
 from memcore.stores.keyword_postings import Postings
 from memcore.validation import Matrix
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from datetime import datetime
 from uuid import UUID
 
 import numpy as np
@@ -27,9 +26,11 @@ from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 from memcore.errors import DimensionMismatchError
 from memcore.filters import Filter, evaluate
 from memcore.keywords import idf, term_score, terms
+from memcore.kit import clamp_score
+from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
-from memcore.store import Order, text_matches
+from memcore.store import text_matches
 from memcore.stores.partition import Partition
 from memcore.validation import Matrix
 
@@ -189,17 +190,10 @@ class ScopedIndex:
                 masks.append(matching if in_scope is None else matching & in_scope)
         return masks, exact
 
-    def ordered(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> list[MemoryRecord]:
-        after_us = None if after is None else epoch_micros(after)
-        before_us = None if before is None else epoch_micros(before)
+    def ordered(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
+        node, order, limit = query.filter, query.order, query.limit
+        after_us = None if query.after is None else epoch_micros(query.after)
+        before_us = None if query.before is None else epoch_micros(query.before)
         selection = self.select(scope)
         masks, exact = self._row_masks(selection, node)
         if len(selection) == 1:
@@ -243,11 +237,10 @@ class ScopedIndex:
             positions = positions[::-1]
         return (parts[owners[p]].records[rows[p]] for p in positions)
 
-    def search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> list[ScoredRecord]:
+    def search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
+        query, text, node, limit = request.vector, request.text, request.filter, request.limit
         if query is None:
-            newest = self.ordered(scope, node, "desc", None, None, None)
+            newest = self.ordered(scope, ListQuery(node, "desc"))
             matching = (r for r in newest if text is not None and text_matches(text, r.message.content))
             return [ScoredRecord.of(r, 1.0) for r in itertools.islice(matching, limit)]
         if self.dimension is None:  # bound to an embedder, but no vector written yet
@@ -282,21 +275,19 @@ class ScopedIndex:
                 continue
             if not exact and not evaluate(node, record):
                 continue
-            score = min(1.0, max(-1.0, float(scores[position])))
-            hits.append(ScoredRecord.of(record, score))
+            hits.append(ScoredRecord.of(record, clamp_score(scores[position])))
             if len(hits) == limit:
                 break
         return hits
 
-    def keyword_search(
-        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
-    ) -> list[ScoredRecord] | None:
-        """BM25 over the records of ``scope`` matching ``node``, from the partitions' postings.
+    def keyword_search(self, scope: Scope, query: KeywordQuery) -> list[ScoredRecord] | None:
+        """BM25 over the records of ``scope`` matching the query's filter, from the partitions' postings.
 
         The same scores and order (newest first among equals) as the exact scan of
-        :meth:`memcore.store.BaseStore._keyword_search`; ``None`` when ``node`` tests
+        :meth:`memcore.store.BaseStore._keyword_search`; ``None`` when the filter tests
         more than role and kind, which only that scan can evaluate.
         """
+        keywords, node, limit = query.keywords, query.filter, query.limit
         selection = self.select(scope)
         masks, exact = self._row_masks(selection, node)
         if not exact:

@@ -10,13 +10,15 @@ records and filter trees.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memcore.filters import evaluate, parse_filter
+from memcore.filters import OPERATORS, Operator, evaluate, parse_filter
 from memcore.records import MemoryRecord, Role
 from memcore.scope import Scope
 from memcore.store import Store
@@ -104,6 +106,15 @@ def _fixture_records(scope: Scope) -> list[MemoryRecord]:
     return records
 
 
+STARTS_WITH = Operator(
+    "$startswith",
+    "string",
+    frozenset({"role", "string", "metadata"}),
+    lambda stored, prefix: isinstance(stored, str) and stored.startswith(prefix),
+)
+"""A throwaway operator, known only to the parser and the reference evaluator."""
+
+
 class FilterTests(StoreFixtures):
     """Each operator, checked against the reference evaluator on list, count, search and delete_where."""
 
@@ -164,31 +175,81 @@ class DifferentialFilterTests(StoreFixtures):
         spec: dict[str, Any],
         limit: int,
     ) -> None:
-        scope = new_scope(user_id="u", agent_id="a", session_id="main")
-        neighbours = [
-            Scope(tenant=scope.tenant, user_id="u", agent_id="a", session_id="other"),
-            Scope(tenant=scope.tenant, user_id="v", agent_id="a", session_id="main"),
-        ]
-        records = [make_record(scope, f"r{i}", **f) for i, f in enumerate(fields)]
-        others = [make_record(neighbours[i % 2], f"n{i}", **f) for i, f in enumerate(neighbour_fields)]
-        store.add(records, random_vectors(len(records), seed=len(records)))
-        if others:
-            store.add(others, random_vectors(len(others), seed=99))
-        node = parse_filter(spec)
-        expected = [
-            r for r in sorted(records, key=lambda r: (r.created_at, r.id.int >> 64)) if evaluate(node, r)
-        ]
-        expected_ids = {r.id for r in expected}
+        _agrees_with_reference(store, fields, neighbour_fields, spec, limit)
 
-        listed = store.list(scope, filter=spec)
-        assert {r.id for r in listed} == expected_ids
-        assert [r.created_at for r in listed] == [r.created_at for r in expected]
-        assert store.count(scope, filter=spec) == len(expected)
-        limited = store.list(scope, filter=spec, limit=limit, order="desc")
-        assert [r.created_at for r in limited] == [r.created_at for r in expected[::-1][:limit]]
-        hits = store.search(scope, vector=random_vectors(1, seed=7)[0], filter=spec, limit=limit)
-        assert len(hits) == min(limit, len(expected))
-        assert {h.record.id for h in hits} <= expected_ids
-        assert store.delete_where(scope, spec) == len(expected)
-        assert store.count(scope) == len(records) - len(expected)
-        assert sum(store.count(n) for n in neighbours) == len(others)
+    @settings(
+        max_examples=max(EXAMPLES // 2, 10),
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(
+        fields=st.lists(record_fields(), min_size=1, max_size=12),
+        neighbour_fields=st.lists(record_fields(), max_size=4),
+        spec=st.tuples(st.sampled_from(["$and", "$or"]), filters(2, ops=(STARTS_WITH,)), filters(4)).map(
+            lambda drawn: {drawn[0]: [drawn[1], drawn[2]]}
+        ),
+        limit=st.integers(min_value=1, max_value=15),
+    )
+    def test_an_operator_only_the_reference_evaluator_knows_works_through_the_fallback(
+        self,
+        store: Store,
+        fields: list[dict[str, Any]],
+        neighbour_fields: list[dict[str, Any]],
+        spec: dict[str, Any],
+        limit: int,
+    ) -> None:
+        """An operator added to :data:`memcore.filters.OPERATORS` alone (no backend compiles it)
+        is right on every read path: backends decline it, and the store evaluates it exactly."""
+        with extra_operator(STARTS_WITH):
+            _agrees_with_reference(store, fields, neighbour_fields, spec, limit)
+
+
+@contextmanager
+def extra_operator(operator: Operator) -> Iterator[None]:
+    """Add ``operator`` to :data:`memcore.filters.OPERATORS` for the enclosed block."""
+    OPERATORS[operator.name] = operator
+    try:
+        yield
+    finally:
+        del OPERATORS[operator.name]
+
+
+def _agrees_with_reference(
+    store: Store,
+    fields: list[dict[str, Any]],
+    neighbour_fields: list[dict[str, Any]],
+    spec: dict[str, Any],
+    limit: int,
+) -> None:
+    scope = new_scope(user_id="u", agent_id="a", session_id="main")
+    neighbours = [
+        Scope(tenant=scope.tenant, user_id="u", agent_id="a", session_id="other"),
+        Scope(tenant=scope.tenant, user_id="v", agent_id="a", session_id="main"),
+    ]
+    records = [make_record(scope, f"r{i}", **f) for i, f in enumerate(fields)]
+    others = [make_record(neighbours[i % 2], f"n{i}", **f) for i, f in enumerate(neighbour_fields)]
+    store.add(records, random_vectors(len(records), seed=len(records)))
+    if others:
+        store.add(others, random_vectors(len(others), seed=99))
+    node = parse_filter(spec)
+    expected = [r for r in sorted(records, key=lambda r: (r.created_at, r.id.int >> 64)) if evaluate(node, r)]
+    expected_ids = {r.id for r in expected}
+
+    listed = store.list(scope, filter=spec)
+    assert {r.id for r in listed} == expected_ids
+    assert [r.created_at for r in listed] == [r.created_at for r in expected]
+    assert store.count(scope, filter=spec) == len(expected)
+    limited = store.list(scope, filter=spec, limit=limit, order="desc")
+    assert [r.created_at for r in limited] == [r.created_at for r in expected[::-1][:limit]]
+    hits = store.search(scope, vector=random_vectors(1, seed=7)[0], filter=spec, limit=limit)
+    assert len(hits) == min(limit, len(expected))
+    assert {h.record.id for h in hits} <= expected_ids
+    keyword_hits = store.search(scope, keywords="r0 r1 r2 r3", filter=spec, limit=limit)
+    assert {h.record.id for h in keyword_hits} <= expected_ids
+    assert store.delete_where(scope, spec) == len(expected)
+    assert store.count(scope) == len(records) - len(expected)
+    assert sum(store.count(n) for n in neighbours) == len(others)

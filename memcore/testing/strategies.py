@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from memcore.filters import RANGE_OPS
+from memcore.filters import OPERATORS, RANGE_OPS, FieldType, Operator, field_spec
 from memcore.records import MetadataValue
 from memcore.testing.helpers import BASE_TIME
 
@@ -19,7 +19,6 @@ METADATA_KEYS = ("a", "b", "c")
 STRINGS = ("x", "y", "z", "")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 KINDS = ("turn", "summary", "fact")
-METADATA_OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains")
 
 scalar_values: st.SearchStrategy[str | int | float | bool] = st.one_of(
     st.sampled_from(STRINGS),
@@ -49,37 +48,49 @@ def _minute(value: int) -> str:
     return (BASE_TIME + timedelta(minutes=value)).isoformat()
 
 
+_FIELDS = ("role", "kind", "created_at", *(f"metadata.{k}" for k in METADATA_KEYS))
+_PREFIXES = (*STRINGS, "us", "as", "tu", "fa")
+"""Strings for a string operand: metadata strings, and prefixes of roles and kinds."""
+
+
+def _values_of(field_type: FieldType, op: str) -> st.SearchStrategy[Any]:
+    if field_type == "role":
+        return st.sampled_from(ROLES)
+    if field_type == "string":
+        return st.sampled_from(KINDS)
+    if field_type == "datetime":
+        return st.integers(min_value=0, max_value=20).map(_minute)
+    if op in RANGE_OPS:
+        return st.one_of(st.integers(-3, 3), st.sampled_from([-1.5, 0.5, 1.0, 2.5]))
+    return scalar_values
+
+
 @st.composite
-def comparisons(draw: st.DrawFn) -> dict[str, Any]:
-    """One ``{field: {op: value}}`` comparison, valid by the language's rules."""
-    field = draw(st.sampled_from(("role", "kind", "created_at", *(f"metadata.{k}" for k in METADATA_KEYS))))
-    if field == "role":
-        op = draw(st.sampled_from(("$eq", "$ne", "$in", "$nin", "$exists")))
-        values: st.SearchStrategy[Any] = st.sampled_from(ROLES)
-    elif field == "kind":
-        op = draw(st.sampled_from(("$eq", "$ne", "$in", "$nin")))
-        values = st.sampled_from(KINDS)
-    elif field == "created_at":
-        op = draw(st.sampled_from(("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")))
-        values = st.integers(min_value=0, max_value=20).map(_minute)
-    else:
-        op = draw(
-            st.sampled_from(
-                ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains")
-            )
-        )
-        values = scalar_values
-        if op in ("$gt", "$gte", "$lt", "$lte"):
-            values = st.one_of(st.integers(-3, 3), st.sampled_from([-1.5, 0.5, 1.0, 2.5]))
-        elif op == "$contains":
-            values = st.sampled_from(STRINGS)
-    if op == "$exists":
+def comparisons(draw: st.DrawFn, ops: tuple[Operator, ...] | None = None) -> dict[str, Any]:
+    """One ``{field: {op: value}}`` comparison, valid by the language's rules.
+
+    Operators come from :data:`memcore.filters.OPERATORS` (those applying to the drawn field),
+    so an operator added to that table is drawn too.
+
+    :param ops: draw only these operators (and only fields they apply to), which need not be in
+        the table yet.
+    """
+    wanted = tuple(OPERATORS.values()) if ops is None else ops
+    fields = [f for f in _FIELDS if any(field_spec(f).type in o.field_types for o in wanted)]
+    field = draw(st.sampled_from(fields))
+    field_type = field_spec(field).type
+    operator = draw(st.sampled_from([o for o in wanted if field_type in o.field_types]))
+    op, operand = operator.name, operator.operand
+    values = _values_of(field_type, op)
+    if operand == "bool":
         operators: dict[str, Any] = {op: draw(st.booleans())}
-    elif op in ("$in", "$nin"):
+    elif operand == "list":
         operators = {op: draw(st.lists(values, max_size=3))}
+    elif operand == "string":
+        operators = {op: draw(st.sampled_from(_PREFIXES))}
     else:
         operators = {op: draw(values)}
-    if field.startswith("metadata.") and op in RANGE_OPS and draw(st.booleans()):
+    if field_type == "metadata" and op in RANGE_OPS and draw(st.booleans()):
         other = draw(st.sampled_from(sorted(RANGE_OPS - {op})))
         operators[other] = draw(values)  # a range with both ends, one field, one dict
     if draw(st.integers(min_value=0, max_value=4)) == 0:
@@ -87,10 +98,15 @@ def comparisons(draw: st.DrawFn) -> dict[str, Any]:
     return {field: operators}
 
 
-def filters(max_leaves: int = 6) -> st.SearchStrategy[dict[str, Any]]:
-    """Random filter trees of comparisons under ``$and``, ``$or`` and ``$not``."""
+def filters(
+    max_leaves: int = 6, ops: tuple[Operator, ...] | None = None
+) -> st.SearchStrategy[dict[str, Any]]:
+    """Random filter trees of comparisons under ``$and``, ``$or`` and ``$not``.
+
+    :param ops: the operators of the comparisons (all of :data:`memcore.filters.OPERATORS` by default).
+    """
     return st.recursive(
-        comparisons(),
+        comparisons(ops),
         lambda children: st.one_of(
             st.lists(children, min_size=1, max_size=3).map(lambda c: {"$and": c}),
             st.lists(children, min_size=1, max_size=3).map(lambda c: {"$or": c}),

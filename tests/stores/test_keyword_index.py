@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from memcore.filters import parse_filter
+from memcore.queries import KeywordQuery
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import BaseStore
@@ -53,7 +54,7 @@ def _assert_same_as_the_scan(store: BaseStore) -> None:
             node = parse_filter(raw)
             for query in QUERIES:
                 indexed = store.search(scope, keywords=query, filter=raw, limit=15)
-                scanned = BaseStore._keyword_search(store, scope, query, node, 15)
+                scanned = BaseStore._keyword_search(store, scope, KeywordQuery(query, node, 15))
                 assert [h.record.id for h in indexed] == [h.record.id for h in scanned], (scope, raw, query)
                 assert [h.score for h in indexed] == pytest.approx([h.score for h in scanned])
 

@@ -27,14 +27,13 @@ value, including integers up to 2**63, lives in the JSON document.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from memcore.errors import StoreCorruptedError
-from memcore.records import MemoryRecord
+from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope, storage_id
 
 Where = dict[str, Any]
@@ -52,8 +51,6 @@ CREATED_AT_KEY = "created_at"
 TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST = "str", "bool", "num", "list"
 VALUE_TYPES = (TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
 
 def scalar_key(key: str) -> str:
     """The Chroma key holding the scalar value of ``metadata.<key>``."""
@@ -68,12 +65,6 @@ def list_key(key: str) -> str:
 def type_key(key: str) -> str:
     """The Chroma key holding the type of ``metadata.<key>``, present whenever the key is."""
     return f"t.{key}"
-
-
-def epoch_micros(moment: datetime) -> int:
-    """``moment`` (timezone-aware) as whole microseconds since the epoch."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def entry_id(record: MemoryRecord) -> str:

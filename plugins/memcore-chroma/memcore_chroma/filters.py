@@ -24,9 +24,9 @@ Numbers at or beyond 2**53 are compared against their float rounding, widened
 
 ``$not`` is pushed down by De Morgan's laws to the comparisons, which have exact
 negations; a negation that cannot be expressed as a superset becomes "anything"
-and is post-filtered. Unknown operators raise
-:class:`~memcore.errors.FilterError` (the parser already refuses them); no
-clause is ever dropped from the exact answer.
+and is post-filtered. An operator this compiler does not know is declined by
+:func:`expresses` and evaluated by :class:`memcore.store.BaseStore`; no clause
+is ever dropped from the exact answer.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memcore.errors import FilterError
-from memcore.filters import And, Comparison, Filter, Not, Or, Scalar, evaluate
-from memcore.records import MemoryRecord
+from memcore.filters import And, Comparison, Filter, Not, Or, Scalar, evaluate, is_number
+from memcore.kit import exact_as_float
+from memcore.records import MemoryRecord, epoch_micros
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
     TYPE_LIST,
@@ -45,7 +46,6 @@ from memcore_chroma.encoding import (
     Where,
     all_of,
     any_of,
-    epoch_micros,
     list_key,
     scalar_key,
     type_key,
@@ -63,8 +63,10 @@ MAX_LIST_CONTAINS = 32
 """A string ``$in``/``$nin`` of more values than this does not test list elements in Chroma (one
 ``$contains`` clause per value): it selects records with a list at the key, post-filtered."""
 
-EXACT_FLOAT_LIMIT = 2**53
-"""Below this magnitude every int is exactly a float, so float comparisons are exact."""
+NATIVE_OPERATORS = frozenset(
+    {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$contains"}
+)
+"""The operators :func:`compile_filter` translates; others are evaluated by the store."""
 
 _NEGATED_RANGE = {"$gt": "$lte", "$gte": "$lt", "$lt": "$gte", "$lte": "$gt"}
 _WIDENED_RANGE = {"$gt": "$gte", "$gte": "$gte", "$lt": "$lte", "$lte": "$lte"}
@@ -92,8 +94,14 @@ ANYTHING = CompiledFilter(None)
 NOTHING = CompiledFilter(None, nothing=True)
 
 
+def expresses(node: Comparison) -> bool:
+    """Whether :func:`compile_filter` compiles ``node`` (as a superset it post-filters where inexact)."""
+    return node.op in NATIVE_OPERATORS
+
+
 def compile_filter(node: Filter | None) -> CompiledFilter:
-    """Compile a parsed filter (``None``: no filter) into a Chroma ``where``.
+    """Compile a parsed filter (``None``: no filter), every comparison of which :func:`expresses`,
+    into a Chroma ``where``.
 
     :raises FilterError: for a node or operator this compiler does not know.
     """
@@ -202,19 +210,15 @@ def _always_present(
     raise FilterError(f"{field}: the Chroma store cannot compile the operator {op!r}")
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _exactly_float(value: Scalar) -> bool:
-    return _is_number(value) and abs(value) < EXACT_FLOAT_LIMIT  # type: ignore[arg-type]
+    return is_number(value) and exact_as_float(value)
 
 
 def _metadata_in(key: str, values: tuple[Scalar, ...], keep: bool) -> CompiledFilter:
     """``metadata.key`` equal to one of ``values`` (``keep``), or to none of them (``not keep``)."""
     strings = [v for v in values if isinstance(v, str)]
     booleans = [v for v in values if isinstance(v, bool)]
-    numbers = [v for v in values if _is_number(v)]
+    numbers = [v for v in values if is_number(v)]
     exact = all(_exactly_float(v) for v in numbers)
     if not keep:
         # A superset of "equal to none": leave out the numbers whose float is ambiguous.
@@ -238,10 +242,10 @@ def _metadata_in(key: str, values: tuple[Scalar, ...], keep: bool) -> CompiledFi
 
 
 def _metadata_range(key: str, op: str, bound: Scalar | tuple[Scalar, ...], negated: bool) -> CompiledFilter:
-    if not _is_number(bound):
+    if not is_number(bound):
         raise FilterError(f"metadata.{key}: {op} compares numbers, got {bound!r}")
     assert isinstance(bound, int | float)
-    exact = abs(bound) < EXACT_FLOAT_LIMIT
+    exact = exact_as_float(bound)
     wanted = _NEGATED_RANGE[op] if negated else op
     if not exact:
         # float rounding is monotonic: v > b implies float(v) >= float(b)

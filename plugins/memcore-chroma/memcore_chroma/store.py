@@ -26,7 +26,6 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import ClassVar, Self, TypeVar
 from uuid import UUID, uuid4
@@ -43,10 +42,12 @@ from memcore.errors import (
     StoreError,
     StoreFullError,
 )
-from memcore.filters import Filter
-from memcore.records import MemoryRecord, ScoredRecord
+from memcore.filters import Comparison, Filter
+from memcore.kit import clamp_score, order_key
+from memcore.queries import ListQuery, SearchQuery
+from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope
-from memcore.store import BaseStore, Capabilities, Order, VectorSpace, text_matches
+from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
 from memcore.validation import Matrix, check_dimension
 from memcore_chroma import connection, erasure, recovery, urls
 from memcore_chroma.connection import Connection
@@ -60,13 +61,12 @@ from memcore_chroma.encoding import (
     decode_found,
     encode,
     entry_id,
-    epoch_micros,
     flat_metadata,
     placeholder_vectors,
     scope_clauses,
 )
 from memcore_chroma.errors import ExclusiveMaintenanceError, partly_written, translated
-from memcore_chroma.filters import CompiledFilter, compile_filter
+from memcore_chroma.filters import CompiledFilter, compile_filter, expresses
 from memcore_chroma.opening import (
     DEFAULT_COLLECTION,
     FORMAT,
@@ -99,9 +99,9 @@ __all__ = [
 ]
 
 PAGE_SIZE = 1_000
+"""Entries per request when copying a collection or writing a large batch."""
 FULL_DISK_MARGIN = 64 * 2**20
 """Free bytes under which a failed embedded write is taken for a full disk (Chroma's error does not say)."""
-"""Entries per request when copying a collection or writing a large batch."""
 MIN_OVERFETCH = 64
 """Candidates fetched at least when a search must post-filter; then 4 times more per round."""
 
@@ -110,10 +110,6 @@ LISTING_SAMPLE = 2
 (or first) to bound what it reads (see :meth:`ChromaStoreBase._newest_or_oldest`)."""
 
 T = TypeVar("T")
-
-
-def _order_key(record: MemoryRecord) -> tuple[datetime, UUID]:
-    return record.created_at, record.id
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -479,34 +475,30 @@ class ChromaStoreBase(BaseStore):
     def _count(self, scope: Scope, node: Filter | None) -> int:
         return len(self._matching_entries(scope, node)[0])
 
-    def _list(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> list[MemoryRecord]:
+    def _expresses(self, comparison: Comparison) -> bool:
+        return expresses(comparison)
+
+    def _list(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
+        node, limit = query.filter, query.limit
         compiled = compile_filter(node)
         if compiled.nothing:
             return []
         bounds: list[Where] = []
-        if after is not None:
-            bounds.append({CREATED_AT_KEY: {"$gt": epoch_micros(after)}})
-        if before is not None:
-            bounds.append({CREATED_AT_KEY: {"$lt": epoch_micros(before)}})
+        if query.after is not None:
+            bounds.append({CREATED_AT_KEY: {"$gt": epoch_micros(query.after)}})
+        if query.before is not None:
+            bounds.append({CREATED_AT_KEY: {"$lt": epoch_micros(query.before)}})
         where = self._where(scope, compiled, *bounds)
-        descending = order == "desc"
+        descending = query.order == "desc"
         if limit is None:
             records = [r for r in self._candidates(where) if compiled.admits(node, r)]
-            return sorted(records, key=_order_key, reverse=descending)
+            return sorted(records, key=order_key, reverse=descending)
         newest_or_oldest = self._newest_or_oldest(where, limit, descending) if compiled.exact else None
         if newest_or_oldest is not None:
-            return sorted(newest_or_oldest, key=_order_key, reverse=descending)[:limit]
+            return sorted(newest_or_oldest, key=order_key, reverse=descending)[:limit]
         # Order by the small metadata first, then read only the documents needed.
         found = self._call("listing records", lambda c: c.get(where=where, include=["metadatas"]))
-        # (time, record id) as _order_key orders records; the entry id only settles two scopes' namesakes.
+        # (time, record id) as order_key orders records; the entry id only settles two scopes' namesakes.
         keys = sorted(
             (
                 (meta[CREATED_AT_KEY], str(meta[RECORD_ID_KEY]), i)
@@ -556,9 +548,8 @@ class ChromaStoreBase(BaseStore):
         records = self._candidates(bounded)
         return records if len(records) >= limit else None
 
-    def _search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> list[ScoredRecord]:
+    def _search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
+        query, text, node, limit = request.vector, request.text, request.filter, request.limit
         compiled = compile_filter(node)
         if compiled.nothing:
             return []
@@ -570,7 +561,7 @@ class ChromaStoreBase(BaseStore):
 
         if query is None:
             records = [r for r in self._candidates(self._where(scope, compiled)) if wanted(r)]
-            records.sort(key=_order_key, reverse=True)
+            records.sort(key=order_key, reverse=True)
             return [ScoredRecord.of(r, 1.0) for r in records[:limit]]
         if not self._indexes_vectors_of(query.shape[1]):
             return []
@@ -591,7 +582,7 @@ class ChromaStoreBase(BaseStore):
                     continue  # deleted by another thread between Chroma's index lookup and its read
                 record = decode(record_id, document)
                 if wanted(record):
-                    hits.append(ScoredRecord.of(record, float(np.clip(1.0 - distance, -1.0, 1.0))))
+                    hits.append(ScoredRecord.of(record, clamp_score(1.0 - distance)))
                     if len(hits) == limit:
                         return hits
             if len(ids) < fetch:

@@ -12,11 +12,11 @@ those of :func:`memcore.filters.evaluate`, exactly:
 * every comparison is two-valued (``COALESCE(..., false)``), so ``NOT`` and
   ``$ne``/``$nin`` match records that lack the field, as the reference does.
 
-One exception is not compiled: a number of magnitude 2**53 or more compared with
+One comparison is not compiled: a number of magnitude 2**53 or more compared with
 metadata. Floats are stored as their shortest decimal text, which beyond 2**53
 is not the float's exact value, so ``numeric`` would compare them differently
-from Python; :class:`NeedsExactEvaluation` makes the store evaluate such a filter
-in Python over the scope's records instead.
+from Python. :func:`expresses` declines it, as it declines an operator this
+compiler does not know, and :class:`memcore.store.BaseStore` evaluates it exactly.
 """
 
 from __future__ import annotations
@@ -27,19 +27,12 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from memcore.filters import METADATA_PREFIX, And, Comparison, Filter, Not, Or, Scalar
+from memcore.kit import exact_as_float
 from memcore.records import epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 
 Condition = tuple[str, list[Any]]
 """SQL text made of fixed fragments and ``%s`` placeholders, and the values they bind."""
-
-EXACT_LIMIT = 2**53
-"""Numbers from this magnitude on are compared in Python (see the module docstring)."""
-
-
-class NeedsExactEvaluation(Exception):  # noqa: N818 - a signal between modules, never raised to callers
-    """The filter compares a number SQL would not compare exactly: evaluate it in Python."""
-
 
 _RANGE_SQL = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _COLUMNS = ("role", "kind", "created_at")
@@ -62,8 +55,19 @@ def scope_condition(scope: Scope) -> Condition:
     return " AND ".join(f"{name} = %s" for name, _ in pairs), [value for _, value in pairs]
 
 
+NATIVE_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists", "$contains", *_RANGE_SQL})
+"""The operators :func:`compile_filter` translates; others are evaluated by the store."""
+
+
+def expresses(node: Comparison) -> bool:
+    """Whether :func:`compile_filter` compiles ``node`` into SQL that compares exactly: an operator
+    it knows, and no metadata number beyond the float-exact range."""
+    return node.op in NATIVE_OPERATORS and (node.field in _COLUMNS or exact_as_float(node.value))
+
+
 def compile_filter(node: Filter | None) -> Condition:
-    """The SQL condition that matches exactly the records ``node`` matches."""
+    """The SQL condition that matches exactly the records ``node`` matches; every comparison of
+    ``node`` must be one that :func:`expresses`."""
     if node is None:
         return "TRUE", []
     if isinstance(node, And | Or):
@@ -81,9 +85,6 @@ def _comparison(node: Comparison) -> Condition:
         return _column_comparison(node)
     key = node.field[len(METADATA_PREFIX) :]
     op, value = node.op, node.value
-    compared = value if isinstance(value, tuple) else (value,)
-    if any(_is_number(item) and abs(item) >= EXACT_LIMIT for item in compared):  # type: ignore[arg-type]
-        raise NeedsExactEvaluation(node.field)
     if op == "$exists":
         return ("(metadata ? %s)" if value else "(NOT metadata ? %s)"), [key]
     if op == "$contains":
@@ -106,10 +107,6 @@ def _comparison(node: Comparison) -> Condition:
         f"THEN (metadata ->> %s)::numeric {_RANGE_SQL[op]} %s::numeric ELSE false END)",
         [key, key, _number(value)],  # type: ignore[arg-type]
     )
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _equals(key: str, value: Scalar) -> Condition:

@@ -19,7 +19,6 @@ import builtins
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any, ClassVar, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from uuid import UUID
@@ -41,13 +40,15 @@ from memcore.errors import (
     StoreCorruptedError,
     StoreError,
 )
-from memcore.filters import Filter, evaluate
+from memcore.filters import Comparison, Filter
+from memcore.kit import clamp_score
+from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope, storage_id
-from memcore.store import BaseStore, Capabilities, Order, VectorSpace, text_matches
+from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
 from memcore.validation import Matrix
 from memcore_pgvector.errors import translated
-from memcore_pgvector.filters import Condition, NeedsExactEvaluation, compile_filter, scope_condition
+from memcore_pgvector.filters import Condition, compile_filter, expresses, scope_condition
 from memcore_pgvector.schema import DEFAULT_TABLE, NUL_MARK, Tables, fold_content
 
 logger = logging.getLogger(__name__)
@@ -268,15 +269,8 @@ class PgvectorStore(BaseStore):
         query = sql.SQL("SELECT record FROM {} WHERE " + text + tail).format(self._tables.records)
         return [_record(row[0]) for row in connection.execute(query, [*values, *tail_values])]
 
-    def _filter(self, scope: Scope, node: Filter | None) -> Condition:
-        """``node`` as SQL; or, for the few filters SQL cannot compare exactly, the ids of the scope's
-        records that match it, evaluated here (:class:`~memcore_pgvector.filters.NeedsExactEvaluation`)."""
-        try:
-            return compile_filter(node)
-        except NeedsExactEvaluation:
-            with self._connection("evaluate a filter") as connection:
-                records = self._select(connection, scope_condition(scope))
-            return _keys_of([record for record in records if evaluate(node, record)])
+    def _expresses(self, comparison: Comparison) -> bool:
+        return expresses(comparison)
 
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
         with self._connection("get records") as connection:
@@ -289,31 +283,22 @@ class PgvectorStore(BaseStore):
             rows = connection.execute(query, values).fetchall()
         return [(row[0], row[1].to_numpy().astype(np.float32)) for row in rows]
 
-    def _list(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> builtins.list[MemoryRecord]:
-        conditions = [scope_condition(scope), self._filter(scope, node)]
-        if before is not None:
-            conditions.append(("created_at < %s", [epoch_micros(before)]))
-        if after is not None:
-            conditions.append(("created_at > %s", [epoch_micros(after)]))
-        direction = "DESC" if order == "desc" else "ASC"
+    def _list(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        conditions = [scope_condition(scope), compile_filter(query.filter)]
+        if query.before is not None:
+            conditions.append(("created_at < %s", [epoch_micros(query.before)]))
+        if query.after is not None:
+            conditions.append(("created_at > %s", [epoch_micros(query.after)]))
+        direction = "DESC" if query.order == "desc" else "ASC"
         tail = f" ORDER BY created_at {direction}, id {direction}, key {direction}"
         with self._connection("list records") as connection:
-            if limit is None:
+            if query.limit is None:
                 return self._select(connection, _where(*conditions), tail)
-            return self._select(connection, _where(*conditions), tail + " LIMIT %s", [limit])
+            return self._select(connection, _where(*conditions), tail + " LIMIT %s", [query.limit])
 
-    def _search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> builtins.list[ScoredRecord]:
-        conditions = [scope_condition(scope), self._filter(scope, node)]
+    def _search(self, scope: Scope, request: SearchQuery) -> builtins.list[ScoredRecord]:
+        query, text, limit = request.vector, request.text, request.limit
+        conditions = [scope_condition(scope), compile_filter(request.filter)]
         if text is not None:
             conditions.append(self._text_condition(text, conditions))
         if query is None:
@@ -332,9 +317,7 @@ class PgvectorStore(BaseStore):
             rows = connection.execute(statement, [vector, *values, vector, limit]).fetchall()
         # relaxed_order may return a few hits slightly out of order: settle it here.
         rows.sort(key=lambda row: row[1])
-        return [
-            ScoredRecord.of(_record(data), min(1.0, max(-1.0, 1.0 - distance))) for data, distance in rows
-        ]
+        return [ScoredRecord.of(_record(data), clamp_score(1.0 - distance)) for data, distance in rows]
 
     def _text_condition(self, text: str, conditions: builtins.list[Condition]) -> Condition:
         """``text`` in the content, case-insensitively, exactly as :func:`memcore.store.text_matches`.
@@ -359,7 +342,7 @@ class PgvectorStore(BaseStore):
             )
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
-        text, values = _where(scope_condition(scope), self._filter(scope, node))
+        text, values = _where(scope_condition(scope), compile_filter(node))
         query = sql.SQL("SELECT count(*) FROM {} WHERE " + text).format(self._tables.records)
         with self._connection("count records") as connection:
             row = connection.execute(query, values).fetchone()
@@ -369,7 +352,7 @@ class PgvectorStore(BaseStore):
         return self._delete_matching(_where(scope_condition(scope), ("id = ANY(%s)", [ids])))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
-        return self._delete_matching(_where(scope_condition(scope), self._filter(scope, node)))
+        return self._delete_matching(_where(scope_condition(scope), compile_filter(node)))
 
     def _delete_matching(self, where: Condition) -> int:
         text, values = where

@@ -21,12 +21,12 @@ payload layout of :mod:`memcore_qdrant.payload`:
   count an empty list as empty, while for the portable language ``[]`` is a value.
 
 Qdrant compares ranges in 64-bit floats. A range bound of magnitude 2**53 or
-more could compare wrongly with a large stored integer, so such filters raise
-:class:`NeedsExactEvaluation` and the store evaluates them exactly in Python.
-The same holds for ``created_at``, stored in integer microseconds: 2**53 µs from
-1970 is in the year 2255, so a time range beyond (or before 1685) is exact too,
-and so are ``list(after=..., before=...)`` bounds, which the store turns into
-``created_at`` comparisons.
+more could compare wrongly with a large stored integer, so :func:`expresses`
+declines such comparisons and :class:`memcore.store.BaseStore` evaluates them
+exactly, as it does any operator this compiler does not know. The same holds for
+``created_at``, stored in integer microseconds: 2**53 µs from 1970 is in the year
+2255, so a time range beyond (or before 1685) is exact too, and so are
+``list(after=..., before=...)`` bounds.
 """
 
 from __future__ import annotations
@@ -37,13 +37,16 @@ from datetime import datetime
 from typing import Literal, TypeAlias
 from uuid import UUID
 
-from memcore.filters import And, Comparison, Filter, Not, Or, Scalar
+from memcore.filters import RANGE_OPS, And, Comparison, Filter, Not, Or, Scalar
+from memcore.kit import exact_as_float
 from memcore.records import INT64_MAX, INT64_MIN, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore_qdrant import payload as fields
 
-EXACT_FLOAT_LIMIT = 2**53
-"""Range bounds at or beyond this magnitude are evaluated in Python, not by Qdrant."""
+NATIVE_OPERATORS = frozenset(
+    {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$contains"}
+)
+"""The operators :func:`compile_filter` translates; others are evaluated by the store."""
 
 
 @dataclass(frozen=True)
@@ -128,10 +131,6 @@ EVERYTHING: Condition = Clause(must_not=(NOTHING,))
 """A condition every point satisfies."""
 
 
-class NeedsExactEvaluation(Exception):  # noqa: N818 - a signal between modules, never raised to callers
-    """The filter has a clause Qdrant cannot evaluate exactly; the store falls back to Python."""
-
-
 def all_of(conditions: Sequence[Condition]) -> Condition:
     """Every condition holds (one condition stands for itself)."""
     if not conditions:
@@ -192,11 +191,20 @@ def scoped(scope: Scope, *conditions: Condition | None) -> Clause:
     return Clause(must=(*scope_conditions(scope), *(c for c in conditions if c is not None)))
 
 
-def compile_filter(node: Filter) -> Condition:
-    """Compile a parsed portable filter into a Qdrant condition.
+def expresses(node: Comparison) -> bool:
+    """Whether :func:`compile_filter` compiles ``node`` into a condition Qdrant evaluates exactly:
+    an operator it knows, and no range bound too large for exact float comparison."""
+    if node.op not in NATIVE_OPERATORS:
+        return False
+    if node.op in RANGE_OPS:
+        bound = node.value
+        return exact_as_float(epoch_micros(bound) if isinstance(bound, datetime) else bound)
+    return True
 
-    :raises NeedsExactEvaluation: if a range bound is too large for exact float comparison.
-    """
+
+def compile_filter(node: Filter) -> Condition:
+    """Compile a parsed portable filter, every comparison of which :func:`expresses`, into a
+    Qdrant condition."""
     if isinstance(node, And):
         return all_of([compile_filter(clause) for clause in node.clauses])
     if isinstance(node, Or):
@@ -295,9 +303,7 @@ def _time_comparison(node: Comparison) -> Condition:
     if op == "$ne":
         return negate(Match(key, stamp))
     # The parser allows no $contains on created_at: a range.
-    assert op in ("$gt", "$gte", "$lt", "$lte"), op
-    if abs(stamp) >= EXACT_FLOAT_LIMIT:
-        raise NeedsExactEvaluation(node.field)
+    assert op in RANGE_OPS, op
     return Range(key, **{op[1:]: float(stamp)})
 
 
@@ -316,11 +322,9 @@ def _metadata_comparison(node: Comparison) -> Condition:
     if op in ("$in", "$nin"):
         member = any_of(_equal_any(key, _values(node)))
         return member if op == "$in" else negate(member)
-    assert op in ("$gt", "$gte", "$lt", "$lte"), op
+    assert op in RANGE_OPS, op
     bound = node.value
     assert isinstance(bound, int | float) and not isinstance(bound, bool)
-    if abs(bound) >= EXACT_FLOAT_LIMIT:
-        raise NeedsExactEvaluation(node.field)
     limit = {op[1:]: float(bound)}
     return any_of(
         [

@@ -20,7 +20,6 @@ from __future__ import annotations
 import builtins
 import os
 import threading
-from datetime import datetime
 from typing import ClassVar, Self
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -28,11 +27,13 @@ from uuid import UUID
 import numpy as np
 
 from memcore.errors import DimensionMismatchError, InvalidInputError
-from memcore.filters import Filter, evaluate
+from memcore.filters import Comparison, Filter, evaluate
 from memcore.keywords import idf, terms
+from memcore.kit import clamp_score, order_key
+from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope, storage_id
-from memcore.store import BaseStore, Capabilities, Order, VectorSpace
+from memcore.store import BaseStore, Capabilities, VectorSpace
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
 from memcore_qdrant.connections import (
@@ -49,11 +50,10 @@ from memcore_qdrant.errors import translated
 from memcore_qdrant.filters import (
     Clause,
     Condition,
-    HasId,
     Match,
-    NeedsExactEvaluation,
     compile_filter,
     excludes_only,
+    expresses,
     metadata_indexes,
     scoped,
     text_contains,
@@ -69,16 +69,12 @@ EXCLUSION_MAX_LIMIT = 100
 costs more than Qdrant's point-by-point check (limit 2,000 at 5,000 records: 143 against 105 ms)."""
 
 
-def _order_key(record: MemoryRecord) -> tuple[datetime, int]:
-    return record.created_at, record.id.int
-
-
 def _records(points: builtins.list[Point]) -> builtins.list[MemoryRecord]:
     return [fields.from_payload(p.payload) for p in points]
 
 
 def _scored(record: MemoryRecord, score: float) -> ScoredRecord:
-    return ScoredRecord.of(record, min(1.0, max(-1.0, score)))
+    return ScoredRecord.of(record, clamp_score(score))
 
 
 class QdrantStore(BaseStore):
@@ -126,25 +122,17 @@ class QdrantStore(BaseStore):
     def dimension(self) -> int | None:
         return self._engine.dimension()
 
-    def _where(self, scope: Scope, node: Filter | None, *extra: Condition | None) -> Clause:
-        """The native filter of a read: scope, then ``extra``, then the compiled filter.
+    def _expresses(self, comparison: Comparison) -> bool:
+        return expresses(comparison)
 
-        A filter Qdrant cannot evaluate exactly is evaluated here, over the
-        scope's points, and sent as the ``has_id`` of the points it matched (point ids,
-        not record ids: an id may name a record in several scopes).
-        """
+    def _where(self, scope: Scope, node: Filter | None, *extra: Condition | None) -> Clause:
+        """The native filter of a read: scope, then ``extra``, then the compiled filter."""
         if node is None:
             return scoped(scope, *extra)
-        try:
-            condition = compile_filter(node)
-            # A metadata key is indexed the first time Qdrant evaluates a filter that reads it:
-            # it otherwise checks the payload of every point in scope (10k points: 114 ms, indexed 5 ms).
-            self._engine.index_fields(metadata_indexes(condition))
-        except NeedsExactEvaluation:
-            candidates = self._engine.scroll(scoped(scope, *extra))
-            condition = HasId(
-                tuple(p.id for p in candidates if evaluate(node, fields.from_payload(p.payload)))
-            )
+        condition = compile_filter(node)
+        # A metadata key is indexed the first time Qdrant evaluates a filter that reads it:
+        # it otherwise checks the payload of every point in scope.
+        self._engine.index_fields(metadata_indexes(condition))
         return scoped(scope, *extra, condition)
 
     def _ordered(self, where: Clause, order: Order, limit: int) -> builtins.list[MemoryRecord]:
@@ -163,7 +151,7 @@ class QdrantStore(BaseStore):
             boundary = Match(fields.CREATED_AT, first[limit - 1].payload[fields.CREATED_AT])
             tied = Clause(must=(*where.must, boundary), should=where.should, must_not=where.must_not)
             points.update((p.id, p) for p in self._engine.scroll(tied))
-        records = sorted(_records(list(points.values())), key=_order_key, reverse=order == "desc")
+        records = sorted(_records(list(points.values())), key=order_key, reverse=order == "desc")
         return records[:limit]
 
     def _ensure_dimension(self, dimension: int) -> None:
@@ -207,24 +195,16 @@ class QdrantStore(BaseStore):
             if p.vector is not None
         ]
 
-    def _list(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> builtins.list[MemoryRecord]:
+    def _list(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        order = query.order
         with self._lock, translated("list records", self.location):
-            where = self._where(scope, within(node, after, before))
-            if limit is not None:
-                return self._ordered(where, order, limit)
-            return sorted(_records(self._engine.scroll(where)), key=_order_key, reverse=order == "desc")
+            where = self._where(scope, within(query.filter, query.after, query.before))
+            if query.limit is not None:
+                return self._ordered(where, order, query.limit)
+            return sorted(_records(self._engine.scroll(where)), key=order_key, reverse=order == "desc")
 
-    def _search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> builtins.list[ScoredRecord]:
+    def _search(self, scope: Scope, request: SearchQuery) -> builtins.list[ScoredRecord]:
+        query, text, node, limit = request.vector, request.text, request.filter, request.limit
         substring = None if text is None else text_contains(text)
         with self._lock, translated("search", self.location):
             if query is None:
@@ -267,19 +247,17 @@ class QdrantStore(BaseStore):
                     return passing
         return passing if len(hits) < wanted else None
 
-    def _keyword_search(
-        self, scope: Scope, keywords: str, node: Filter | None, limit: int | None
-    ) -> builtins.list[ScoredRecord]:
+    def _keyword_search(self, scope: Scope, query: KeywordQuery) -> builtins.list[ScoredRecord]:
         """BM25 ranked by Qdrant over the ``keywords`` sparse vectors (:mod:`memcore_qdrant.keywords`).
 
         The idf of each query term is counted in the reading scope (and filter): one count of
         the scope, one per term, each answered by a payload index.
         """
-        wanted = sorted(set(terms(keywords)))
+        wanted = sorted(set(terms(query.keywords)))
         if not wanted:
             return []
         with self._lock, translated("keyword search", self.location):
-            where = self._where(scope, node)
+            where = self._where(scope, query.filter)
             documents = self._engine.count(where)
             weights = {}
             for term in wanted:
@@ -293,10 +271,10 @@ class QdrantStore(BaseStore):
                     weights[term] = idf(documents, seen)
             if not weights:
                 return []
-            hits = self._engine.keyword_query(query_vector(weights), where, limit or documents)
+            hits = self._engine.keyword_query(query_vector(weights), where, query.limit or documents)
             found = [(h.score, fields.from_payload(h.payload)) for h in hits if h.score > 0]
             # Equal scores, newest first (as the exact scan orders them); Qdrant leaves ties unordered.
-            found.sort(key=lambda hit: (hit[0], _order_key(hit[1])), reverse=True)
+            found.sort(key=lambda hit: (hit[0], order_key(hit[1])), reverse=True)
             return [ScoredRecord.of(record, score) for score, record in found]
 
     def _count(self, scope: Scope, node: Filter | None) -> int:

@@ -11,23 +11,20 @@ evaluator. A record is its scope plus its id, so both dicts are keyed by
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import ClassVar, Self
 from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
 
-from memcore.errors import DimensionMismatchError, InvalidInputError
+from memcore.errors import InvalidInputError
 from memcore.filters import Filter, evaluate
+from memcore.kit import check_dimension, clamp_score, order_key
+from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope, storage_id
-from memcore.store import BaseStore, Capabilities, Order, text_matches
+from memcore.store import BaseStore, Capabilities, text_matches
 from memcore.validation import Matrix
-
-
-def _order_key(record: MemoryRecord) -> tuple[datetime, UUID]:
-    return record.created_at, record.id
 
 
 def _key(record: MemoryRecord) -> UUID:
@@ -65,13 +62,8 @@ class ExampleStore(BaseStore):
 
     def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
         with self._lock:
-            # BaseStore checked the dimension before taking the lock; another
-            # thread may have fixed a different one since.
-            if vectors is not None and self._dimension not in (None, vectors.shape[1]):
-                raise DimensionMismatchError(
-                    f"vector dimension {vectors.shape[1]} does not match the store's {self._dimension}"
-                )
-            if vectors is not None and self._dimension is None:
+            if vectors is not None:
+                check_dimension(self._dimension, vectors.shape[1])
                 self._dimension = vectors.shape[1]
             for row, record in enumerate(records):
                 self._records[_key(record)] = record
@@ -92,41 +84,35 @@ class ExampleStore(BaseStore):
                 (record_id, self._vector_of[key].copy()) for record_id, key in keys if key in self._vector_of
             ]
 
-    def _list(
-        self,
-        scope: Scope,
-        node: Filter | None,
-        order: Order,
-        limit: int | None,
-        before: datetime | None,
-        after: datetime | None,
-    ) -> list[MemoryRecord]:
+    def _list(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
+        after, before = query.after, query.before
         with self._lock:
             records = [
                 r
-                for r in self._visible(scope, node)
+                for r in self._visible(scope, query.filter)
                 if (after is None or r.created_at > after) and (before is None or r.created_at < before)
             ]
-        records.sort(key=_order_key, reverse=order == "desc")
-        return records if limit is None else records[:limit]
+        records.sort(key=order_key, reverse=query.order == "desc")
+        return records[: query.limit]
 
-    def _search(
-        self, scope: Scope, query: Matrix | None, text: str | None, node: Filter | None, limit: int
-    ) -> list[ScoredRecord]:
+    def _search(self, scope: Scope, query: SearchQuery) -> list[ScoredRecord]:
+        text = query.text
         with self._lock:
             candidates = [
-                r for r in self._visible(scope, node) if text is None or text_matches(text, r.message.content)
+                r
+                for r in self._visible(scope, query.filter)
+                if text is None or text_matches(text, r.message.content)
             ]
-            if query is None:
-                candidates.sort(key=_order_key, reverse=True)
-                return [ScoredRecord(record=r, score=1.0) for r in candidates[:limit]]
-            candidates = sorted((r for r in candidates if _key(r) in self._vector_of), key=_order_key)
+            if query.vector is None:
+                candidates.sort(key=order_key, reverse=True)
+                return [ScoredRecord.of(r, 1.0) for r in candidates[: query.limit]]
+            candidates = sorted((r for r in candidates if _key(r) in self._vector_of), key=order_key)
             if not candidates:
                 return []
             matrix = np.stack([self._vector_of[_key(r)] for r in candidates])
-        scores = np.clip(matrix.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
-        best = np.argsort(-scores, kind="stable")[:limit]
-        return [ScoredRecord(record=candidates[i], score=float(scores[i])) for i in best]
+        scores = matrix.astype(np.float64) @ query.vector[0].astype(np.float64)
+        best = np.argsort(-scores, kind="stable")[: query.limit]
+        return [ScoredRecord.of(candidates[i], clamp_score(scores[i])) for i in best]
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:
