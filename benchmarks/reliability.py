@@ -144,7 +144,7 @@ def servers(kinds: set[str]) -> Iterator[list[str]]:
             postgres = pgserver.get_server(folder / "postgres", cleanup_mode="stop")
             stack.callback(postgres.cleanup)
             uri = str(postgres.get_uri())
-            urls.append(f"{uri}{'&' if '?' in uri else '?'}table={{name}}")
+            urls.append(f"{uri}{'&' if '?' in uri else '?'}collection={{name}}")
         if "chroma+http" in kinds:
             sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "memcore-chroma" / "tests"))
             from chroma_server import ChromaServer  # type: ignore[import-not-found]

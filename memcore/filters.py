@@ -37,7 +37,15 @@ from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
 from memcore.errors import FilterError
-from memcore.records import INT64_MAX, INT64_MIN, METADATA_KEY, MemoryRecord, MetadataValue, in_utc
+from memcore.records import (
+    INT64_MAX,
+    INT64_MIN,
+    METADATA_KEY,
+    ROLE_NAMES,
+    MemoryRecord,
+    MetadataValue,
+    in_utc,
+)
 from memcore.scope import SCOPE_FIELDS
 
 Scalar: TypeAlias = str | int | float | bool | datetime
@@ -45,7 +53,7 @@ Scalar: TypeAlias = str | int | float | bool | datetime
 
 RANGE_OPS: frozenset[str] = frozenset({"$gt", "$gte", "$lt", "$lte"})
 LOGICAL_OPS: frozenset[str] = frozenset({"$and", "$or", "$not"})
-ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
+ROLES: frozenset[str] = frozenset(ROLE_NAMES)
 METADATA_PREFIX = "metadata."
 MAX_DEPTH = 32
 """How deeply filters may nest; deeper ones raise FilterError (they are not written by hand)."""
@@ -409,6 +417,11 @@ OPERATORS: dict[str, Operator] = {
 """Every comparison operator, by name: the parser, the reference evaluator and the test strategies
 read this table. A backend's compiler says which of them it expresses natively
 (:meth:`memcore.store.BaseStore._expresses`); the store evaluates the others exactly."""
+
+STANDARD_OPERATORS: frozenset[str] = frozenset(OPERATORS)
+"""The operators of the language as every built-in compiler knows it. A compiler declares these as
+the ones it translates (its ``expresses``); an operator added to :data:`OPERATORS` later is then
+declined, and evaluated exactly, until the compiler learns it."""
 
 FIELDS: dict[str, FieldSpec] = {
     spec.name: spec

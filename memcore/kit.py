@@ -43,7 +43,7 @@ def exact_as_float(value: Scalar | tuple[Scalar, ...]) -> bool:
     return not any(is_number(v) and abs(v) >= EXACT_FLOAT_LIMIT for v in values)  # type: ignore[arg-type]
 
 
-def check_dimension(stored: int | None, written: int) -> None:
+def check_same_dimension(stored: int | None, written: int) -> None:
     """Refuse vectors of ``written`` dimensions in a store that holds ``stored``-dimensional ones.
 
     :class:`~memcore.store.BaseStore` checks before calling ``_add``; a backend checks again

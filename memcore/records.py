@@ -12,7 +12,7 @@ import math
 import re
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from uuid import UUID, uuid4
 
 import pydantic
@@ -21,6 +21,8 @@ from memcore.model_base import STORED, MemcoreModel, is_stored
 from memcore.scope import Scope
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLE_NAMES: tuple[str, ...] = get_args(Role)
+"""The roles, in :data:`Role`'s order: the one list filters, indexes and tests read."""
 """The roles of the OpenAI chat-completions format."""
 
 MetadataValue = str | int | float | bool | list[str]

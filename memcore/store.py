@@ -40,6 +40,7 @@ from memcore.kit import order_key
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, in_utc
 from memcore.scope import Scope, scope_order
+from memcore.urls import StoreURL
 from memcore.validation import (
     DEFAULT_LIMIT,
     Matrix,
@@ -153,10 +154,26 @@ class BaseStore(ABC):
         self._process = os.getpid()
         _open_stores.add(self)
 
+    url_params: ClassVar[frozenset[str]] = frozenset()
+    """The query parameters the store's URLs take (see :mod:`memcore.urls`)."""
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """Open the store that ``url`` (one of :attr:`schemes`) names.
+
+        :raises InvalidInputError: for a malformed URL or a parameter the store does not take.
+        """
+        parsed = StoreURL.parse(url, params=cls.url_params)
+        if parsed.scheme not in cls.schemes:
+            raise InvalidInputError(
+                f"the {cls.name} store opens {', '.join(cls.schemes)}:// URLs, got {url!r}"
+            )
+        return cls.open_url(parsed)
+
     @classmethod
     @abstractmethod
-    def from_url(cls, url: str) -> Self:
-        """Open the store that ``url`` (one of :attr:`schemes`) names."""
+    def open_url(cls, url: StoreURL) -> Self:
+        """Open the store ``url`` names, parsed and its parameters checked against :attr:`url_params`."""
 
     @property
     @abstractmethod
@@ -500,7 +517,8 @@ class BaseStore(ABC):
     @abstractmethod
     def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
         """Upsert ``records`` (checked), with ``vectors`` (unit rows, checked against :attr:`dimension`
-        before the call: a backend re-checks under its own lock with :func:`memcore.kit.check_dimension`)."""
+        before the call; a backend re-checks under its own lock, with
+        :func:`memcore.kit.check_same_dimension`)."""
 
     @abstractmethod
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:

@@ -94,16 +94,16 @@ class StoreURL:
                 f"the {self.scheme} store takes no location: {self.scheme}://, got {_shown(self.text)}"
             )
 
-    def server(self, default_port: int, *, credentials: bool = False) -> tuple[str, int]:
-        """The host (IPv6 in brackets) and port of a server URL.
+    def server(self, default_port: int, *, secret_hint: str) -> tuple[str, int]:
+        """The host (IPv6 in brackets) and port of a server URL, which carries no credentials.
 
-        :param credentials: whether ``user:password@`` may stand in the URL.
-        :raises InvalidInputError: for no host, a bad port, a path, or credentials not allowed.
+        :param secret_hint: where the store takes its secret instead, for the error message.
+        :raises InvalidInputError: for no host, a bad port, a path, or ``user:password@``.
         """
         parts = urlsplit(f"//{self.netloc}")
-        if not credentials and (parts.username is not None or parts.password is not None):
+        if parts.username is not None or parts.password is not None:
             raise InvalidInputError(  # the URL itself is not echoed: it holds a password
-                f"a {self.scheme} URL cannot carry credentials (user:password@); see the store's docs"
+                f"a {self.scheme} URL cannot carry credentials (user:password@); {secret_hint} instead"
             )
         if not parts.hostname:
             raise InvalidInputError(f"expected {self.scheme}://host[:port], got {_shown(self.text)}")

@@ -38,7 +38,7 @@ def memcore_bench_discard(url: str, name: str) -> bool | None:
     """Drop the table or collection ``name`` that a ``memcore bench`` run made on a server.
 
     Called by ``memcore bench`` after it closed a store opened at ``url``, when the user's URL
-    asked for a fresh name (``{name}``, as in ``postgresql://host/db?table={name}``), so that
+    asked for a fresh name (``{name}``, as in ``postgresql://host/db?collection={name}``), so that
     benchmark runs leave nothing behind on the user's server. The first plugin returning a
     value wins. Import the client library inside the implementation.
 

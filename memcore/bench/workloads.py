@@ -44,7 +44,7 @@ K = 10
 
 def fresh(url: str, folder: str, name: str | None = None) -> str:
     """``url`` with ``{tmp}`` replaced by ``folder`` and ``{name}`` by ``name``, by default a name no
-    run used before (for a table or collection on a server: ``postgresql://host/db?table={name}``)."""
+    run used before (for a table or collection on a server: ``postgresql://host/db?collection={name}``)."""
     return url.replace("{tmp}", folder).replace("{name}", name or fresh_name())
 
 

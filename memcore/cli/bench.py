@@ -45,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--stores",
         help="comma-separated store URLs; {tmp} becomes a fresh folder, {name} a fresh table or "
-        "collection name, as in postgresql://host/db?table={name} "
+        "collection name, as in postgresql://host/db?collection={name} "
         "(default: every installed store in its embedded form)",
     )
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated record counts")

@@ -52,6 +52,7 @@ from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, VectorSpace
 from memcore.stores import jsonl_log
 from memcore.stores.scoped_index import RecordKey, ScopedIndex
+from memcore.urls import DIMENSION, StoreURL
 from memcore.validation import Matrix, check_dimension
 
 FORMAT = "memcore-jsonl"
@@ -136,13 +137,12 @@ class JsonlStore(BaseStore):
             os.close(self._lock_fd)
             raise
 
+    url_params: ClassVar[frozenset[str]] = frozenset({DIMENSION})
+
     @classmethod
-    def from_url(cls, url: str) -> Self:
-        """Open ``jsonl:///absolute/path`` or ``jsonl://relative/path`` (``~`` expands)."""
-        location = url.removeprefix("jsonl://")
-        if location == url or not location:
-            raise InvalidInputError(f"expected jsonl:///path or jsonl://relative/path, got {url!r}")
-        return cls(location)
+    def open_url(cls, url: StoreURL) -> Self:
+        """Open ``jsonl:///absolute/path`` or ``jsonl://relative/path`` (``~`` expands; ``?dimension=``)."""
+        return cls(url.location(), url.positive_int(DIMENSION))
 
     @property
     def dimension(self) -> int | None:

@@ -6,13 +6,13 @@ import threading
 from typing import ClassVar, Self
 from uuid import UUID
 
-from memcore.errors import InvalidInputError
 from memcore.filters import Filter
 from memcore.queries import KeywordQuery, ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities
 from memcore.stores.scoped_index import ScopedIndex
+from memcore.urls import DIMENSION, StoreURL
 from memcore.validation import Matrix, check_dimension
 
 
@@ -35,12 +35,13 @@ class MemoryStore(BaseStore):
         self._lock = threading.RLock()
         self._index = ScopedIndex(check_dimension(dimension))
 
+    url_params: ClassVar[frozenset[str]] = frozenset({DIMENSION})
+
     @classmethod
-    def from_url(cls, url: str) -> Self:
-        """Open ``memory://`` (nothing may follow the scheme)."""
-        if url.rstrip("/") not in ("memory:", "memory:/"):
-            raise InvalidInputError(f"the memory store's URL is just 'memory://', got {url!r}")
-        return cls()
+    def open_url(cls, url: StoreURL) -> Self:
+        """Open ``memory://`` (``?dimension=``)."""
+        url.require_empty_location()
+        return cls(url.positive_int(DIMENSION))
 
     @property
     def dimension(self) -> int | None:

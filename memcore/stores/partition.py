@@ -20,13 +20,13 @@ import numpy.typing as npt
 
 from memcore.filters import And, Comparison, Filter, Not
 from memcore.queries import Order
-from memcore.records import MemoryRecord, epoch_micros
+from memcore.records import ROLE_NAMES, MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.stores.keyword_postings import Postings
 from memcore.validation import Matrix
 
 _INITIAL_CAPACITY = 16
-_ROLE_CODES = {"system": 0, "developer": 1, "user": 2, "assistant": 3, "tool": 4}
+_ROLE_CODES = {role: code for code, role in enumerate(ROLE_NAMES)}
 _KIND_CODES: dict[str, int] = {}
 _SESSION_CODES: dict[str, int] = {}
 _NO_SESSION = -1

@@ -23,10 +23,9 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
-from memcore.errors import DimensionMismatchError
 from memcore.filters import Filter, evaluate
 from memcore.keywords import idf, term_score, terms
-from memcore.kit import clamp_score
+from memcore.kit import check_same_dimension, clamp_score
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
@@ -79,10 +78,8 @@ class ScopedIndex:
 
     def check_upsert(self, vectors: Matrix | None) -> None:
         """Refuse a batch whose vectors would change the dimension."""
-        if vectors is not None and self.dimension is not None and vectors.shape[1] != self.dimension:
-            raise DimensionMismatchError(
-                f"vector dimension {vectors.shape[1]} does not match the store's dimension {self.dimension}"
-            )
+        if vectors is not None:
+            check_same_dimension(self.dimension, vectors.shape[1])
 
     def upsert(
         self,

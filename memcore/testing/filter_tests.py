@@ -143,6 +143,23 @@ class FilterTests(StoreFixtures):
         assert {r.id for r in store.list(scope)} == {r.id for r in records} - expected
 
 
+_RECORDS = st.lists(record_fields(), min_size=1, max_size=12)
+_NEIGHBOURS = st.lists(record_fields(), max_size=4)
+
+
+def _differential(examples: int) -> settings:
+    """Hypothesis settings of the differential tests: the store fixture lives across examples."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.differing_executors,
+        ],
+    )
+
+
 class DifferentialFilterTests(StoreFixtures):
     """Hypothesis: random records and filter trees; the store must agree with the reference.
 
@@ -152,18 +169,10 @@ class DifferentialFilterTests(StoreFixtures):
     earlier example).
     """
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        suppress_health_check=[
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.too_slow,
-            HealthCheck.differing_executors,
-        ],
-    )
+    @_differential(EXAMPLES)
     @given(
-        fields=st.lists(record_fields(), min_size=1, max_size=12),
-        neighbour_fields=st.lists(record_fields(), max_size=4),
+        fields=_RECORDS,
+        neighbour_fields=_NEIGHBOURS,
         spec=filters(),
         limit=st.integers(min_value=1, max_value=15),
     )
@@ -177,18 +186,10 @@ class DifferentialFilterTests(StoreFixtures):
     ) -> None:
         _agrees_with_reference(store, fields, neighbour_fields, spec, limit)
 
-    @settings(
-        max_examples=max(EXAMPLES // 2, 10),
-        deadline=None,
-        suppress_health_check=[
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.too_slow,
-            HealthCheck.differing_executors,
-        ],
-    )
+    @_differential(max(EXAMPLES // 2, 10))
     @given(
-        fields=st.lists(record_fields(), min_size=1, max_size=12),
-        neighbour_fields=st.lists(record_fields(), max_size=4),
+        fields=_RECORDS,
+        neighbour_fields=_NEIGHBOURS,
         spec=st.tuples(st.sampled_from(["$and", "$or"]), filters(2, ops=(STARTS_WITH,)), filters(4)).map(
             lambda drawn: {drawn[0]: [drawn[1], drawn[2]]}
         ),

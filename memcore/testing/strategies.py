@@ -12,12 +12,12 @@ from typing import Any
 from hypothesis import strategies as st
 
 from memcore.filters import OPERATORS, RANGE_OPS, FieldType, Operator, field_spec
-from memcore.records import MetadataValue
+from memcore.records import ROLE_NAMES, MetadataValue
 from memcore.testing.helpers import BASE_TIME
 
 METADATA_KEYS = ("a", "b", "c")
 STRINGS = ("x", "y", "z", "")
-ROLES = ("system", "developer", "user", "assistant", "tool")
+ROLES = ROLE_NAMES
 KINDS = ("turn", "summary", "fact")
 
 scalar_values: st.SearchStrategy[str | int | float | bool] = st.one_of(

@@ -10,12 +10,12 @@ of the wrong size :class:`~memcore.errors.DimensionMismatchError`, a full disk
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import httpx
 from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 
+from memcore import kit
 from memcore.errors import (
     DimensionMismatchError,
     MemcoreError,
@@ -82,15 +82,9 @@ def partly_written(error: MemcoreError, written: int, total: int) -> MemcoreErro
     )
 
 
-@contextmanager
-def translated(action: str) -> Iterator[None]:
+def translated(action: str) -> AbstractContextManager[None]:
     """Run the block, re-raising any exception as its :func:`translate` counterpart.
 
     :param action: what the block does, for the message ("counting records").
     """
-    try:
-        yield
-    except MemcoreError:
-        raise
-    except Exception as exc:
-        raise translate(exc, action) from exc
+    return kit.translated(lambda exc: translate(exc, action))

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memcore.errors import FilterError
-from memcore.filters import And, Comparison, Filter, Not, Or, Scalar, evaluate, is_number
+from memcore.filters import STANDARD_OPERATORS, And, Comparison, Filter, Not, Or, Scalar, evaluate, is_number
 from memcore.kit import exact_as_float
 from memcore.records import MemoryRecord, epoch_micros
 from memcore_chroma.encoding import (
@@ -63,9 +63,7 @@ MAX_LIST_CONTAINS = 32
 """A string ``$in``/``$nin`` of more values than this does not test list elements in Chroma (one
 ``$contains`` clause per value): it selects records with a list at the key, post-filtered."""
 
-NATIVE_OPERATORS = frozenset(
-    {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$contains"}
-)
+NATIVE_OPERATORS = STANDARD_OPERATORS
 """The operators :func:`compile_filter` translates; others are evaluated by the store."""
 
 _NEGATED_RANGE = {"$gt": "$lte", "$gte": "$lt", "$lt": "$gte", "$lte": "$gt"}

@@ -48,8 +48,8 @@ def memcore_bench_discard(url: str, name: str) -> bool | None:
     from memcore_chroma import connection, urls
     from memcore_chroma.errors import translated
 
-    address, params = urls.server_address(url)
-    if params.get("collection", DEFAULT_COLLECTION) != name:
+    address, parsed = urls.server_address(url)
+    if parsed.params.get("collection", DEFAULT_COLLECTION) != name:
         return False
     server = connection.http(address.host, address.port, address.ssl, address.tenant, address.database)
     try:

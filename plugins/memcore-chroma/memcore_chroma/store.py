@@ -43,11 +43,12 @@ from memcore.errors import (
     StoreFullError,
 )
 from memcore.filters import Comparison, Filter
-from memcore.kit import clamp_score, order_key
+from memcore.kit import check_same_dimension, clamp_score, order_key
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
+from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix, check_dimension
 from memcore_chroma import connection, erasure, recovery, urls
 from memcore_chroma.connection import Connection
@@ -363,9 +364,8 @@ class ChromaStoreBase(BaseStore):
         :returns: the metadata to write once the vectors are in.
         """
         stored, indexed = int_value(meta, META_DIMENSION), int_value(meta, META_INDEX_DIMENSION)
-        if stored not in (None, dimension):
-            # BaseStore checked a cached dimension; another store may have fixed it since.
-            raise DimensionMismatchError(f"vector dimension {dimension} does not match the store's {stored}")
+        # BaseStore checked a cached dimension; another store may have fixed it since.
+        check_same_dimension(stored, dimension)
         if indexed not in (None, dimension):
             # Only stand-ins are indexed so far, in another size: Chroma fixed the index's dimension.
             if not self.rebuilds_safely:
@@ -774,16 +774,17 @@ class ChromaStore(ChromaStoreBase):
         check_ef_search(ef_search)
         super().__init__(connection.persistent(Path(path)), collection, dimension, ef_search)
 
+    url_params: ClassVar[frozenset[str]] = urls.EMBEDDED_PARAMS
+
     @classmethod
-    def from_url(cls, url: str) -> Self:
+    def open_url(cls, url: StoreURL) -> Self:
         """Open ``chroma:///abs/path`` or ``chroma://rel/path`` (``?collection=``, ``?dimension=``,
         ``?ef_search=``)."""
-        location, params = urls.embedded_path(url)
         return cls(
-            location,
-            collection=params.get("collection", DEFAULT_COLLECTION),
-            dimension=urls.dimension_param(params),
-            ef_search=urls.ef_search_param(params),
+            url.location(),
+            collection=url.text_param(COLLECTION, DEFAULT_COLLECTION),
+            dimension=urls.dimension_param(url),
+            ef_search=urls.ef_search_param(url),
         )
 
 
@@ -805,12 +806,9 @@ class ChromaMemoryStore(ChromaStoreBase):
         super().__init__(connection.ephemeral(), f"memcore-{uuid4().hex}", dimension)
 
     @classmethod
-    def from_url(cls, url: str) -> Self:
+    def open_url(cls, url: StoreURL) -> Self:
         """Open ``chroma+memory://`` (nothing may follow the scheme)."""
-        if url.rstrip("/") not in ("chroma+memory:", "chroma+memory:/"):
-            raise InvalidInputError(
-                f"the in-memory Chroma store's URL is just 'chroma+memory://', got {url!r}"
-            )
+        url.require_empty_location()
         return cls()
 
     def _close(self) -> None:
@@ -861,19 +859,22 @@ class ChromaHttpStore(ChromaStoreBase):
         self.rebuilds_safely = exclusive
         super().__init__(_connect(address), collection, dimension, ef_search)
 
+    url_params: ClassVar[frozenset[str]] = urls.SERVER_PARAMS
+
     @classmethod
-    def from_url(cls, url: str) -> Self:
+    def open_url(cls, url: StoreURL) -> Self:
         """Open ``chroma+http(s)://host:port``.
 
-        Parameters: ``?collection=``, ``?dimension=``, ``?ef_search=``, ``?tenant=``, ``?database=``.
+        Parameters: ``?collection=``, ``?dimension=``, ``?ef_search=``, ``?tenant=``, ``?database=``,
+        ``?exclusive=``.
         """
-        address, params = urls.server_address(url)
+        address, _ = urls.server_address(url)
         return cls(
             address,
-            collection=params.get("collection", DEFAULT_COLLECTION),
-            dimension=urls.dimension_param(params),
-            ef_search=urls.ef_search_param(params),
-            exclusive=urls.exclusive_param(params),
+            collection=url.text_param(COLLECTION, DEFAULT_COLLECTION),
+            dimension=urls.dimension_param(url),
+            ef_search=urls.ef_search_param(url),
+            exclusive=url.flag("exclusive"),
         )
 
     def _reconnect_in_child(self) -> None:

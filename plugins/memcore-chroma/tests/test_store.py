@@ -39,16 +39,22 @@ def test_urls_open_the_right_store(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_url_parsing() -> None:
-    assert embedded_path("chroma:///var/db?collection=c1") == ("/var/db", {"collection": "c1"})
-    assert embedded_path("chroma://rel/db") == ("rel/db", {})
-    address, params = server_address("chroma+https://db.example:9000/?tenant=t&database=d&collection=abc")
+    location, parsed = embedded_path("chroma:///var/db?collection=c1")
+    assert (location, dict(parsed.params)) == ("/var/db", {"collection": "c1"})
+    assert embedded_path("chroma://rel/db")[0] == "rel/db"
+    address, parsed = server_address("chroma+https://db.example:9000/?tenant=t&database=d&collection=abc")
     assert address == ServerAddress("db.example", 9000, ssl=True, tenant="t", database="d")
-    assert params["collection"] == "abc"
+    assert parsed.params["collection"] == "abc"
     assert server_address("chroma+http://localhost")[0].port == 8000
     for bad in ("chroma://", "chroma:///db?colection=x", "chroma:///db?collection=a&collection=b"):
         with pytest.raises(InvalidInputError):
             embedded_path(bad)
-    for bad in ("chroma+http://", "chroma+http://h:port", "chroma+http://h:1/path"):
+    for bad in (
+        "chroma+http://",
+        "chroma+http://h:port",
+        "chroma+http://h:1/path",
+        "chroma+http://[::1:8000",
+    ):
         with pytest.raises(InvalidInputError):
             server_address(bad)
     with pytest.raises(InvalidInputError):

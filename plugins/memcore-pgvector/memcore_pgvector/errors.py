@@ -9,12 +9,12 @@ class 54), which no retry can fix. memcore's own errors pass through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import psycopg
 import psycopg_pool
 
+from memcore import kit
 from memcore.errors import MemcoreError, StoreError, StoreUnavailableError
 
 
@@ -32,12 +32,6 @@ def translate(exc: Exception, action: str, location: str) -> MemcoreError:
     return StoreError(f"PostgreSQL at {location} failed while {action}: {type(exc).__name__}: {exc}")
 
 
-@contextmanager
-def translated(action: str, location: str) -> Iterator[None]:
+def translated(action: str, location: str) -> AbstractContextManager[None]:
     """Re-raise anything but a memcore error as the memcore error :func:`translate` gives."""
-    try:
-        yield
-    except MemcoreError:
-        raise
-    except Exception as exc:
-        raise translate(exc, action, location) from exc
+    return kit.translated(lambda exc: translate(exc, action, location))

@@ -26,7 +26,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from memcore.filters import METADATA_PREFIX, And, Comparison, Filter, Not, Or, Scalar
+from memcore.filters import METADATA_PREFIX, STANDARD_OPERATORS, And, Comparison, Filter, Not, Or, Scalar
 from memcore.kit import exact_as_float
 from memcore.records import epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
@@ -55,7 +55,7 @@ def scope_condition(scope: Scope) -> Condition:
     return " AND ".join(f"{name} = %s" for name, _ in pairs), [value for _, value in pairs]
 
 
-NATIVE_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists", "$contains", *_RANGE_SQL})
+NATIVE_OPERATORS = STANDARD_OPERATORS
 """The operators :func:`compile_filter` translates; others are evaluated by the store."""
 
 

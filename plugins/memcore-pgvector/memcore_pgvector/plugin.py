@@ -35,7 +35,7 @@ def memcore_bench_raw_client(url: str) -> RawPsycopg | None:
 @hookimpl
 def memcore_bench_discard(url: str, name: str) -> bool | None:
     """Drop the records table ``name`` (and its meta table) a bench run made at
-    ``postgresql://...?table=name``; any other table is left alone."""
+    ``postgresql://...?collection=name``; any other table is left alone."""
     if not url.startswith(("postgresql://", "postgres://")):
         return None
     import psycopg

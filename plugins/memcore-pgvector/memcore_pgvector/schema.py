@@ -1,6 +1,6 @@
 """memcore's tables in PostgreSQL, their creation and migrations.
 
-One table of records per store (``memcore_records`` by default, ``?table=`` to
+One table of records per store (``memcore_records`` by default, ``?collection=`` to
 choose another), and one small table of settings beside it (``<table>_meta``:
 schema version, embedder binding)::
 

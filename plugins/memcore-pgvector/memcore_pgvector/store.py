@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Self
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlunsplit
 from uuid import UUID
 
 import numpy as np
@@ -41,11 +41,12 @@ from memcore.errors import (
     StoreError,
 )
 from memcore.filters import Comparison, Filter
-from memcore.kit import clamp_score
+from memcore.kit import check_same_dimension, clamp_score
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope, storage_id
 from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
+from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
 from memcore_pgvector.errors import translated
 from memcore_pgvector.filters import Condition, compile_filter, expresses, scope_condition
@@ -163,8 +164,13 @@ class PgvectorStore(BaseStore):
 
     @classmethod
     def from_url(cls, url: str) -> Self:
-        """Open ``postgresql://user@host:port/db`` (``?table=name`` picks the table; other query
+        """Open ``postgresql://user@host:port/db`` (``?collection=name`` picks the table; other query
         parameters go to libpq, for example ``?host=/run/postgresql`` for a Unix socket)."""
+        return cls.open_url(StoreURL.parse(url, params=(COLLECTION,), other_params=True))
+
+    @classmethod
+    def open_url(cls, url: StoreURL) -> Self:
+        """Open the store of a parsed ``postgresql://`` URL (see :meth:`from_url`)."""
         return cls(*connection_target(url))
 
     @property
@@ -215,10 +221,7 @@ class PgvectorStore(BaseStore):
             for statement in self._tables.fix_dimension(dimension):
                 connection.execute(statement)
             current = dimension
-        if current != dimension:
-            raise DimensionMismatchError(
-                f"vector dimension {dimension} does not match the store's dimension {current}"
-            )
+        check_same_dimension(current, dimension)
 
     def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
         for record in records:
@@ -467,22 +470,22 @@ def _check_no_nul(record: MemoryRecord) -> None:
             )
 
 
-def connection_target(url: str) -> tuple[str, str]:
-    """The libpq URI and the table name a ``postgresql://...[?table=name]`` URL gives."""
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise InvalidInputError(f"invalid PostgreSQL URL {url!r}: {exc}") from None
-    if parts.scheme not in PgvectorStore.schemes:
-        raise InvalidInputError(f"expected postgresql://user@host:port/db, got {url!r}")
-    table = DEFAULT_TABLE
-    rest = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key == "table":
-            table = value
-        else:
-            rest.append((key, value))
-    return urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), parts.fragment)), table
+def connection_target(url: str | StoreURL) -> tuple[str, str]:
+    """The libpq URI and the table name a ``postgresql://...[?collection=name]`` URL gives.
+
+    :raises InvalidInputError: for another scheme, or the old ``?table=`` (say ``?collection=``).
+    """
+    if isinstance(url, str):
+        url = StoreURL.parse(url, params=(COLLECTION,), other_params=True)
+    if url.scheme not in PgvectorStore.schemes:
+        raise InvalidInputError(f"expected postgresql://user@host:port/db, got a {url.scheme}:// URL")
+    if "table" in url.params:
+        raise InvalidInputError(
+            "name the table with ?collection=name (as every memcore store does), not ?table="
+        )
+    table = url.text_param(COLLECTION, DEFAULT_TABLE)
+    libpq = [(key, value) for key, value in url.params.items() if key != COLLECTION]
+    return urlunsplit(("postgresql", url.netloc, url.path, urlencode(libpq), "")), table
 
 
 def redacted(conninfo: str) -> str:

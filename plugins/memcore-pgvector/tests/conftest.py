@@ -58,5 +58,5 @@ def table_name() -> str:
 
 
 def with_table(uri: str, table: str) -> str:
-    """``uri`` naming ``table`` (``?table=``), keeping its other query parameters."""
-    return f"{uri}{'&' if '?' in uri else '?'}table={table}"
+    """``uri`` naming ``table`` (``?collection=``), keeping its other query parameters."""
+    return f"{uri}{'&' if '?' in uri else '?'}collection={table}"

@@ -1,4 +1,4 @@
-"""``memcore bench`` leaves no table behind on the user's PostgreSQL (``?table={name}``)."""
+"""``memcore bench`` leaves no table behind on the user's PostgreSQL (``?collection={name}``)."""
 
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ from uuid import UUID
 from qdrant_client import QdrantClient, models
 
 from memcore.errors import DimensionMismatchError, EmbedderMismatchError, StoreCorruptedError
+from memcore.kit import check_same_dimension
 from memcore.records import MemoryRecord
 from memcore.scope import storage_id
 from memcore.store import VectorSpace
@@ -363,10 +364,7 @@ class ClientEngine:
             # another client added the vector meanwhile
         else:
             self._dimension = dimension
-        if self._dimension != dimension:
-            raise DimensionMismatchError(
-                f"vector dimension {dimension} does not match the store's dimension {self._dimension}"
-            )
+        check_same_dimension(self._dimension, dimension)
 
     def upsert(self, points: Sequence[Point]) -> None:
         structs = [models.PointStruct(id=str(p.id), vector=_vectors(p), payload=p.payload) for p in points]

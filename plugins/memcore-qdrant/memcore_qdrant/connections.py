@@ -3,7 +3,7 @@
 * :func:`connect_edge`: an embedded, durable Qdrant Edge shard in a folder (``qdrant:///path``);
 * :func:`connect_memory`: a Qdrant Edge shard in a private temporary folder, removed on close
   (``qdrant+memory://``), in :func:`tempfile.gettempdir` (``$TMPDIR``);
-* :func:`connect_server`: a collection on a Qdrant server (``qdrant+http(s)://host:port[/collection]``);
+* :func:`connect_server`: a collection on a Qdrant server (``qdrant+http(s)://host:port[?collection=name]``);
 * :func:`connect_local_client`: qdrant-client's local mode in a folder, for benchmarks only.
 """
 

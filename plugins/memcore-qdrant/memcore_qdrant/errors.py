@@ -8,13 +8,13 @@ so every engine call of the plugin runs inside :func:`translated`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import httpx
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from memcore.errors import MemcoreError, StoreError, StoreUnavailableError
+from memcore import kit
+from memcore.errors import StoreError, StoreUnavailableError
 
 
 class IncompatibleCollectionError(StoreError):
@@ -37,32 +37,31 @@ class IncompatibleServerError(StoreError):
 _UNAVAILABLE_STATUS = frozenset({502, 503, 504})
 
 
-@contextmanager
-def translated(action: str, where: str) -> Iterator[None]:
-    """Run an engine call, turning any client exception into a memcore error.
+def translated(action: str, where: str) -> AbstractContextManager[None]:
+    """Run an engine call, turning any client exception into a memcore error (:func:`translate`)."""
+    return kit.translated(lambda exc: translate(exc, action, where))
+
+
+def translate(exc: Exception, action: str, where: str) -> StoreError:
+    """The memcore error for a Qdrant client's exception.
 
     :param action: what was being done, for the message (``"search"``).
     :param where: the store's location, for the message.
-    :raises StoreUnavailableError: when a server cannot be reached or is overloaded.
-    :raises StoreError: for anything else the engine refused.
+    :returns: :class:`StoreUnavailableError` when a server cannot be reached or is overloaded,
+        else :class:`StoreError`.
     """
-    try:
-        yield
-    except MemcoreError:
-        raise
-    except (httpx.TransportError, ResponseHandlingException, ConnectionError, TimeoutError) as exc:
-        raise StoreUnavailableError(
+    if isinstance(exc, httpx.TransportError | ResponseHandlingException | ConnectionError | TimeoutError):
+        return StoreUnavailableError(
             f"the Qdrant server at {where} cannot be reached ({action}: {_describe(exc)}); "
             "check that it is running and that the URL and QDRANT_API_KEY are right"
-        ) from None
-    except UnexpectedResponse as exc:
+        )
+    if isinstance(exc, UnexpectedResponse):
         if exc.status_code in _UNAVAILABLE_STATUS:
-            raise StoreUnavailableError(
+            return StoreUnavailableError(
                 f"the Qdrant server at {where} is unavailable ({action}: HTTP {exc.status_code})"
-            ) from None
-        raise StoreError(f"Qdrant at {where} refused to {action}: {_describe(exc)}") from None
-    except Exception as exc:
-        raise StoreError(f"Qdrant at {where} failed to {action}: {_describe(exc)}") from None
+            )
+        return StoreError(f"Qdrant at {where} refused to {action}: {_describe(exc)}")
+    return StoreError(f"Qdrant at {where} failed to {action}: {_describe(exc)}")
 
 
 def _describe(exc: BaseException) -> str:

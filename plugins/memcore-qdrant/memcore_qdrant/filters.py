@@ -37,15 +37,13 @@ from datetime import datetime
 from typing import Literal, TypeAlias
 from uuid import UUID
 
-from memcore.filters import RANGE_OPS, And, Comparison, Filter, Not, Or, Scalar
+from memcore.filters import RANGE_OPS, STANDARD_OPERATORS, And, Comparison, Filter, Not, Or, Scalar
 from memcore.kit import exact_as_float
 from memcore.records import INT64_MAX, INT64_MIN, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore_qdrant import payload as fields
 
-NATIVE_OPERATORS = frozenset(
-    {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$contains"}
-)
+NATIVE_OPERATORS = STANDARD_OPERATORS
 """The operators :func:`compile_filter` translates; others are evaluated by the store."""
 
 

@@ -3,7 +3,7 @@
 * :class:`QdrantStore` (``qdrant:///path``, ``qdrant://relative/path``): embedded, durable,
   on Qdrant Edge;
 * :class:`QdrantMemoryStore` (``qdrant+memory://``): embedded, gone on close;
-* :class:`QdrantServerStore` (``qdrant+http(s)://host:port[/collection]``): a Qdrant server.
+* :class:`QdrantServerStore` (``qdrant+http(s)://host:port[?collection=name]``): a Qdrant server.
 
 They differ only in how they connect and in their capabilities. Every read and
 delete sends the scope as top-level ``must`` conditions (:func:`~memcore_qdrant.filters.scoped`);
@@ -21,19 +21,19 @@ import builtins
 import os
 import threading
 from typing import ClassVar, Self
-from urllib.parse import urlsplit
 from uuid import UUID
 
 import numpy as np
 
-from memcore.errors import DimensionMismatchError, InvalidInputError
+from memcore.errors import DimensionMismatchError
 from memcore.filters import Comparison, Filter, evaluate
 from memcore.keywords import idf, terms
-from memcore.kit import clamp_score, order_key
+from memcore.kit import check_same_dimension, clamp_score, order_key
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope, storage_id
 from memcore.store import BaseStore, Capabilities, VectorSpace
+from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
 from memcore_qdrant.connections import (
@@ -100,14 +100,9 @@ class QdrantStore(BaseStore):
         self.location = connection.engine.location
 
     @classmethod
-    def from_url(cls, url: str) -> Self:
+    def open_url(cls, url: StoreURL) -> Self:
         """Open ``qdrant:///absolute/path`` or ``qdrant://relative/path`` (``~`` expands)."""
-        location = url.removeprefix("qdrant://")
-        if location == url or not location:
-            raise InvalidInputError(f"expected qdrant:///path or qdrant://relative/path, got {url!r}")
-        if "\x00" in location:
-            raise InvalidInputError(f"a Qdrant store's path cannot contain a NUL byte: {url!r}")
-        return cls(connect_edge(os.path.expanduser(location)))
+        return cls(connect_edge(os.path.expanduser(url.location())))
 
     @classmethod
     def open_local_client(cls, path: str | os.PathLike[str]) -> Self:
@@ -163,10 +158,8 @@ class QdrantStore(BaseStore):
                     f"vector dimension {dimension} does not match the bound embedder's {space.dimension}"
                 )
             self._engine.add_vectors(dimension)
-        elif current != dimension:
-            raise DimensionMismatchError(
-                f"vector dimension {dimension} does not match the store's dimension {current}"
-            )
+        else:
+            check_same_dimension(current, dimension)
 
     def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
         with self._lock, translated("add records", self.location):
@@ -341,17 +334,17 @@ class QdrantMemoryStore(QdrantStore):
     capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=True)
 
     @classmethod
-    def from_url(cls, url: str) -> Self:
+    def open_url(cls, url: StoreURL) -> Self:
         """Open ``qdrant+memory://`` (nothing may follow the scheme)."""
-        if url.rstrip("/") not in ("qdrant+memory:", "qdrant+memory:/"):
-            raise InvalidInputError(
-                f"the in-memory Qdrant store's URL is just 'qdrant+memory://', got {url!r}"
-            )
+        url.require_empty_location()
         return cls(connect_memory())
 
 
+DEFAULT_PORT = 6333
+
+
 class QdrantServerStore(QdrantStore):
-    """``qdrant+http(s)://host:port[/collection]``: a collection (default ``memcore``) on a Qdrant server.
+    """``qdrant+http(s)://host:port[?collection=name]``: a collection (default ``memcore``) on a server.
 
     The API key comes from ``$QDRANT_API_KEY``. Several processes may share the
     collection; the counts deletes return are then per call, not transactions
@@ -363,26 +356,13 @@ class QdrantServerStore(QdrantStore):
         durable=True, ann=True, server=True, keyword_index=True
     )
 
+    url_params: ClassVar[frozenset[str]] = frozenset({COLLECTION})
+
     @classmethod
-    def from_url(cls, url: str) -> Self:
-        """Open ``qdrant+http://host:port/collection`` (port default 6333, collection default ``memcore``)."""
-        try:
-            parts = urlsplit(url)
-            credentials = parts.username is not None or parts.password is not None
-        except ValueError as exc:  # an unclosed IPv6 bracket
-            raise InvalidInputError(f"invalid Qdrant server URL {url!r}: {exc}") from None
-        if credentials:  # refused before anything echoes the URL, password included
-            raise InvalidInputError(
-                "a Qdrant server URL cannot carry credentials (user:password@); "
-                f"give the API key in the {API_KEY_ENV} environment variable instead"
-            )
-        scheme = parts.scheme.removeprefix("qdrant+")
-        if scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-            raise InvalidInputError(f"expected qdrant+http(s)://host:port[/collection], got {url!r}")
-        try:
-            port = parts.port or 6333
-        except ValueError as exc:  # out of range, or not a number
-            raise InvalidInputError(f"invalid port in {url!r}: {exc}") from None
-        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        collection = parts.path.strip("/") or DEFAULT_COLLECTION
-        return cls(connect_server(f"{scheme}://{host}:{port}", collection))
+    def open_url(cls, url: StoreURL) -> Self:
+        """Open ``qdrant+http(s)://host[:port]`` (port 6333 by default; ``?collection=``)."""
+        host, port = url.server(DEFAULT_PORT, secret_hint=f"give the API key in ${API_KEY_ENV}")
+        scheme = url.scheme.removeprefix("qdrant+")
+        return cls(
+            connect_server(f"{scheme}://{host}:{port}", url.text_param(COLLECTION, DEFAULT_COLLECTION))
+        )

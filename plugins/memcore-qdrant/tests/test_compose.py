@@ -42,7 +42,7 @@ def test_ports_and_volumes_are_the_ones_the_readme_gives(name: str) -> None:
 def test_the_single_node_serves_the_default_url() -> None:
     [node] = _services("single-node.yml").values()
     assert "6333:6333" in node["ports"]
-    assert "qdrant+http://localhost:6333/memcore" in README
+    assert "qdrant+http://localhost:6333?collection=memcore" in README
 
 
 def test_the_cluster_has_three_replicating_peers() -> None:

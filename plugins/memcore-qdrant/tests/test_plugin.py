@@ -40,14 +40,14 @@ def _closed_port() -> int:
 @pytest.mark.usefixtures("only_this_plugin")
 def test_a_server_that_is_down_is_store_unavailable() -> None:
     with pytest.raises(StoreUnavailableError, match="cannot be reached"):
-        open_store(f"qdrant+http://127.0.0.1:{_closed_port()}/notes")
+        open_store(f"qdrant+http://127.0.0.1:{_closed_port()}?collection=notes")
 
 
 @pytest.mark.parametrize(
     ("url", "base", "collection"),
     [
         ("qdrant+http://localhost", "http://localhost:6333", "memcore"),
-        ("qdrant+https://db.example.com:443/agents", "https://db.example.com:443", "agents"),
+        ("qdrant+https://db.example.com:443?collection=agents", "https://db.example.com:443", "agents"),
         ("qdrant+http://[::1]:6333/", "http://[::1]:6333", "memcore"),
     ],
 )
@@ -72,6 +72,9 @@ def test_server_urls(monkeypatch: pytest.MonkeyPatch, url: str, base: str, colle
         (QdrantServerStore, "qdrant+ftp://host"),
         (QdrantServerStore, "qdrant+http://host:notaport"),
         (QdrantServerStore, "qdrant+http://host:6333/bad/name"),
+        (QdrantServerStore, "qdrant+http://host:6333/agents"),  # the collection is ?collection=
+        (QdrantStore, "qdrant:///tmp/x?dimension=8"),
+        (QdrantServerStore, "qdrant+http://host?collection="),
         (QdrantStore, "qdrant:///tmp/x\x00y"),
         (QdrantServerStore, "qdrant+http://[::1"),
         (QdrantServerStore, "qdrant+http://host:99999"),

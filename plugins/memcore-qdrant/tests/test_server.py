@@ -70,7 +70,7 @@ def old_qdrant() -> Iterator[int]:
 
 def test_a_server_older_than_the_plugin_needs_is_refused_at_open(old_qdrant: int) -> None:
     with pytest.raises(IncompatibleServerError, match=r"'1\.17\.1'.*1\.20 or newer"):
-        QdrantServerStore.from_url(f"qdrant+http://127.0.0.1:{old_qdrant}/notes")
+        QdrantServerStore.from_url(f"qdrant+http://127.0.0.1:{old_qdrant}?collection=notes")
 
 
 @pytest.mark.parametrize(
@@ -247,7 +247,9 @@ def test_a_server_store_reconnects_in_a_forked_child_and_leaves_the_parents_conn
     server = _qdrant_1_20(requests)
     scope = Scope(tenant="acme")
     try:
-        store = QdrantServerStore.from_url(f"qdrant+http://127.0.0.2:{server.server_address[1]}/memcore")
+        store = QdrantServerStore.from_url(
+            f"qdrant+http://127.0.0.2:{server.server_address[1]}?collection=memcore"
+        )
         assert store.count(scope) == 7
         parent_ports = {port for _, port in requests}
         assert len(parent_ports) == 1, requests  # one kept-alive connection

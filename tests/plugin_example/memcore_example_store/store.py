@@ -17,13 +17,13 @@ from uuid import UUID
 import numpy as np
 import numpy.typing as npt
 
-from memcore.errors import InvalidInputError
 from memcore.filters import Filter, evaluate
-from memcore.kit import check_dimension, clamp_score, order_key
+from memcore.kit import check_same_dimension, clamp_score, order_key
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope, storage_id
 from memcore.store import BaseStore, Capabilities, text_matches
+from memcore.urls import StoreURL
 from memcore.validation import Matrix
 
 
@@ -46,10 +46,9 @@ class ExampleStore(BaseStore):
         self._dimension: int | None = None
 
     @classmethod
-    def from_url(cls, url: str) -> Self:
+    def open_url(cls, url: StoreURL) -> Self:
         """Open a new, empty store; the URL is just ``example://``."""
-        if url != "example://":
-            raise InvalidInputError(f"the example store's URL is just 'example://', got {url!r}")
+        url.require_empty_location()
         return cls()
 
     @property
@@ -63,7 +62,7 @@ class ExampleStore(BaseStore):
     def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
         with self._lock:
             if vectors is not None:
-                check_dimension(self._dimension, vectors.shape[1])
+                check_same_dimension(self._dimension, vectors.shape[1])
                 self._dimension = vectors.shape[1]
             for row, record in enumerate(records):
                 self._records[_key(record)] = record
