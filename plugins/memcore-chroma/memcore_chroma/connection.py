@@ -1,12 +1,12 @@
 """Chroma clients: one per embedded path and process, ephemeral ones, HTTP ones.
 
 Embedded Chroma is thread-safe but not process-safe: two processes writing one
-persist directory corrupt it. So the first store that opens a path in a process
-takes an exclusive ``flock`` on ``<path>/memcore.lock`` and creates the one
-``PersistentClient`` of that path; later stores of the same process share it
-(with its write lock), and the last one to close releases both. A second process
-gets :class:`~memcore.errors.StoreLockedError`; the operating system releases
-the lock of a killed process.
+persist directory corrupt it. So the stores of a path share one ``PersistentClient``
+(with its write lock) per process, through memcore's
+:class:`~memcore.engine_registry.EngineRegistry`: the first takes an exclusive
+``flock`` on ``<path>/memcore.lock``, the last to close releases both, a second
+process gets :class:`~memcore.errors.StoreLockedError`, and a forked child forgets
+the parent's clients.
 
 Chroma's Rust core opens the SQLite file with its own SQLite library, whose
 locks do not exclude Python's ``sqlite3``. So every call into a client holds
@@ -19,7 +19,6 @@ so that Chroma reloads the indexes it had loaded with the old value.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -32,8 +31,8 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from memcore import locking
+from memcore.engine_registry import EngineRegistry, OpenFolder
 from memcore.errors import StoreError
-from memcore.locking import lock_path
 from memcore_chroma import erasure, recovery
 from memcore_chroma.errors import translated
 
@@ -210,15 +209,11 @@ class Connection:
                 self.shared.client = reopen()
 
 
-@dataclass(eq=False)
-class _SharedPath:
-    shared: SharedClient
-    lock_fd: int
-    users: int = 0
-
-
-_shared: dict[Path, _SharedPath] = {}
-_shared_lock = threading.Lock()
+_folders: EngineRegistry[SharedClient] = EngineRegistry(
+    LOCK_FILE,
+    "Chroma store",
+    advice="embedded Chroma is not process-safe: close that process, or run a Chroma server (chroma+http://)",
+)
 
 
 def _persistent_client(path: Path) -> ClientAPI:
@@ -232,31 +227,14 @@ def persistent(path: Path) -> Connection:
     :raises StoreLockedError: if another process has the path open.
     :raises StoreError: if the folder cannot be created or Chroma cannot open it.
     """
-    path = path.expanduser().resolve()
-    with _shared_lock:
-        entry = _shared.get(path)
-        if entry is None:
-            try:
-                path.mkdir(mode=0o700, parents=True, exist_ok=True)
-                lock_fd = lock_path(
-                    path / LOCK_FILE,
-                    what=f"the Chroma store at {path}",
-                    advice="embedded Chroma is not process-safe: close that process, "
-                    "or run a Chroma server (chroma+http://)",
-                )
-            except OSError as exc:
-                raise StoreError(f"cannot open the Chroma store at {path}: {exc}") from None
-            try:
-                make_private(path)
-                client = _open_recovered(path)
-                make_private(path)
-            except BaseException:
-                os.close(lock_fd)
-                raise
-            shared = SharedClient(client, reopen=lambda: _persistent_client(path))
-            entry = _shared[path] = _SharedPath(shared, lock_fd)
-        entry.users += 1
-    return Connection(entry.shared, path, lambda: _release(path))
+    opened = _folders.acquire(path, "chroma", _open_shared)
+    return Connection(opened.engine, opened.path, lambda: _folders.release(opened, _close))
+
+
+def _open_shared(path: Path) -> SharedClient:
+    client = _open_recovered(path)
+    make_private(path)
+    return SharedClient(client, reopen=lambda: _persistent_client(path))
 
 
 def _open_recovered(path: Path) -> ClientAPI:
@@ -287,23 +265,15 @@ def _open_recovered(path: Path) -> ClientAPI:
     return client
 
 
-def _release(path: Path) -> None:
-    with _shared_lock:
-        entry = _shared[path]
-        entry.users -= 1
-        if entry.users:
-            return
-        del _shared[path]
-    try:
-        with entry.shared.write_lock, entry.shared.access.exclusive():
-            close_client(entry.shared.client)
-            # Chroma rewrites small indexes' files on a client's first read, spare slots included
-            # (see memcore_chroma.erasure): zero those again before the folder is left alone.
-            _scrub_or_drop_indexes(path)
-            recovery.unmark(path, recovery.OPEN_MARKER)
-            make_private(path)
-    finally:
-        os.close(entry.lock_fd)
+def _close(opened: OpenFolder[SharedClient]) -> None:
+    shared, path = opened.engine, opened.path
+    with shared.write_lock, shared.access.exclusive():
+        close_client(shared.client)
+        # Chroma rewrites small indexes' files on a client's first read, spare slots included
+        # (see memcore_chroma.erasure): zero those again before the folder is left alone.
+        _scrub_or_drop_indexes(path)
+        recovery.unmark(path, recovery.OPEN_MARKER)
+        make_private(path)
 
 
 def _scrub_or_drop_indexes(path: Path) -> None:

@@ -55,7 +55,7 @@ class Connection:
 def connect_edge(path: str | os.PathLike[str]) -> Connection:
     """The embedded Qdrant Edge store in ``path``, shared by every store object of this process."""
     opened = embedded.acquire(Path(path), "qdrant-edge", _open_edge)
-    return Connection(opened.engine, opened.lock, lambda: embedded.release(opened))
+    return Connection(opened.engine.engine, opened.engine.lock, lambda: embedded.release(opened))
 
 
 def _open_edge(root: Path) -> Engine:
@@ -197,7 +197,7 @@ def connect_local_client(path: str | os.PathLike[str]) -> Connection:
     Not used by any URL; ``benchmarks/qdrant_embedded.py`` compares it with Qdrant Edge.
     """
     opened = embedded.acquire(Path(path), "qdrant-client-local", _open_local_client)
-    return Connection(opened.engine, opened.lock, lambda: embedded.release(opened))
+    return Connection(opened.engine.engine, opened.engine.lock, lambda: embedded.release(opened))
 
 
 def _open_local_client(root: Path) -> Engine:
