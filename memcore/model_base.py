@@ -21,10 +21,10 @@ STORED: Final[Mapping[str, bool]] = {"memcore_stored": True}
 Its values were checked on the way in, so the value checks that cost most on every
 read (scope values against their pattern, metadata keys and ranges, record kinds) are
 skipped; pydantic still checks the shape (types, required fields, no extras), so a
-payload memcore did not write is still refused. Adapter overhead on Qdrant Edge
-reads was mostly these checks (``memcore bench``). Used by the plugins that keep each
-record's JSON in their engine (Qdrant, Chroma); the ``jsonl`` store still validates
-fully when it reopens, once per open, as its file is plain text a person may edit.
+payload memcore did not write is still refused. Used by the plugins that keep each
+record's JSON in their engine (Qdrant, Chroma), where decoding a record is on every read's
+path; the ``jsonl`` store still validates fully when it reopens, once per open, as its file
+is plain text a person may edit.
 """
 
 
@@ -55,8 +55,8 @@ class MemcoreModel(pydantic.BaseModel):
             raise _translate(exc, self.invalid_error) from None
 
     # Tells pydantic this __init__ adds nothing to validation, so that nested
-    # models are validated in pydantic-core directly rather than through this
-    # Python method (3x faster record decoding); direct construction still
+    # models (a record's scope, message, tool calls) are validated in pydantic-core
+    # directly rather than each through this Python method; direct construction still
     # comes here. Without the marker (a future pydantic), it is only slower.
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 

@@ -2,12 +2,13 @@
 
 A question's answer is often in the turn *next to* the one that matches it ("Where did you go?"
 matched, "Oslo, in June" is the reply), and a conversation that matched once likely holds more.
-So, measured on LoCoMo's development split (see the README's Benchmarks section):
+So recall goes in four steps, chosen on LoCoMo's development split (the README's benchmark section
+has the figures):
 
 1. Candidates: the ``candidates`` best records by vector similarity and by BM25 keywords, each
    list's scores rescaled to [0, 1] (min-max within the list) and summed with weights
-   ``dense_weight`` and ``1 - dense_weight``. Rank fusion (RRF) was tried and is weaker here: it
-   throws away how far ahead the best matches are.
+   ``dense_weight`` and ``1 - dense_weight``. Scores are fused, not ranks (as RRF would): ranks
+   throw away how far ahead the best matches are.
 2. Neighbours: the records just before and after each of the ``neighbours_of`` best candidates in
    its session are read; each gains ``neighbour_weight`` times the best fused score of a candidate
    next to it. Records that were not candidates can enter this way.
@@ -69,7 +70,9 @@ def resolved_mode(mode: RecallMode, store: Store) -> RecallMode:
 
     Hybrid recall finds more of the right turns (the README's LoCoMo figures), at the price
     of a keyword search and a few small ordered reads per recall: cheap in the built-in
-    stores, around 28 ms a context at 10,000 turns in Qdrant Edge, where ``auto`` stays dense.
+    stores, which answer them from memory; in the others each is a query to the engine (in
+    Qdrant Edge the keyword search alone is a count of the scope and one per query term), so
+    there ``auto`` stays dense.
     """
     return store.capabilities.default_recall if mode == "auto" else mode
 

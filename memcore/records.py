@@ -253,8 +253,8 @@ class ScoredRecord(MemcoreModel):
     def of(cls, record: MemoryRecord, score: float) -> ScoredRecord:
         """A hit for a record that is already a validated :class:`MemoryRecord`, without validating it again.
 
-        Stores build hits this way: re-validating every record of every result cost
-        about 4 us a hit (``memcore bench``'s adapter overhead).
+        Stores build hits this way: their records were validated when read back, and validating
+        each again would be paid on every hit of every search.
         """
         return cls.model_construct(record=record, score=float(score))
 

@@ -231,8 +231,8 @@ class Partition:
         column = self.roles[:n] if node.field == "role" else self.kinds[:n]
         values = node.value if isinstance(node.value, tuple) else (node.value,)
         lookup = _ROLE_CODES if node.field == "role" else _KIND_CODES
-        # A lookup table indexed by code: one gather, several times faster than np.isin on
-        # every read (recall filters on role, and hybrid recall lists neighbours many times).
+        # A lookup table indexed by code: one gather, where np.isin would sort or compare per value;
+        # this runs on every read (recall filters on role, and hybrid recall lists neighbours many times).
         table = np.zeros(max(len(lookup), len(_ROLE_CODES)), dtype=bool)
         for value in values:
             code = lookup.get(str(value))

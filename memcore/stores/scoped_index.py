@@ -47,7 +47,7 @@ def single_blas_thread() -> AbstractContextManager[object]:
     """Run numpy's BLAS on one thread for the enclosed block.
 
     A scoped search is a matrix-vector product over at most a few tens of
-    thousands of rows: one thread does it in well under a millisecond, while a
+    thousands of rows, too small to gain from more threads, while a
     multi-threaded BLAS competes for the cores with the embedding model (and
     everything else) and turns it into a latency spike. Global settings are
     left alone; the limit holds only inside the block.

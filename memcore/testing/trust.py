@@ -54,7 +54,7 @@ _DIM = 8
 
 
 def _legacy_id(scope: Scope, document_id: str) -> uuid.UUID:
-    """The record id the LangChain adapter once derived, publicly, from a scope and a document id."""
+    """A record id anyone can derive from a scope and a document id: what an adapter must not use."""
     return uuid.uuid5(_LEGACY_NAMESPACE, f"{scope.digest()}/{document_id}")
 
 
@@ -77,7 +77,7 @@ def adapter_trust(url: str) -> Figures:
     Around an adapter on each of a tenant, a user, an agent and a session, other memories wrote
     records in every other of those scopes, of kind ``document`` with the adapter's own markers
     (``lc_scope``, ``lc_id``; a CAMEL record form claiming the agent and another record's uuid),
-    and another scope took the ids the adapter's documents once derived publicly. Every read path
+    and another scope took the ids anyone can derive from the adapter's documents. Every read path
     (similarity search with and without scores, by vector, MMR, ``get_by_ids``, their async forms;
     CAMEL's ``retrieve`` and ``get_context``) and every delete path (``delete`` by ids and whole,
     ``adelete``; CAMEL's ``clear``, ``pop_records``, ``remove_records_by_indices``, ``forget``)
@@ -156,7 +156,7 @@ def _langchain_scope(store: Store, figures: Any, scope: Scope, embedding: Any) -
 
     docs = MemcoreVectorStore(store, scope, embedding)
     query = embedding.embed_query("secret")
-    # Another scope takes the id this scope's document "s" would once have had.
+    # Another scope takes the id anyone can derive from this scope and its document "s".
     squatter = _BOB if scope != _BOB else _TENANT
     store.add([make_record(squatter, "squat").model_copy(update={"id": _legacy_id(scope, "s")})])
     try:

@@ -10,8 +10,8 @@ would otherwise still hold the deleted documents and log entries.
 Chroma also writes parts of its HNSW buffers that no element owns: a new index's
 whole initial capacity, and the lengths of slots past the last element, straight
 from ``malloc``. Those bytes are whatever the process freed before, deleted
-records' documents and ids among them (seen in 1 of 8 purges). After the index
-has been rebuilt, :func:`scrub_vector_indexes` zeroes them.
+records' documents and ids among them. After the index has been rebuilt,
+:func:`scrub_vector_indexes` zeroes them.
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ DEFAULT_COLLECTION = "memcore"
 REBUILD_SUFFIX = ".rebuild"
 MAX_NAME = 512
 MAX_EF_SEARCH = 10_000
-"""The largest ``ef_search`` accepted, against typos (Chroma's default is 100; ``memcore bench``
-measured recall@10 at 100 and 400, the main README's Benchmarks)."""
+"""The largest ``ef_search`` accepted, against typos (Chroma's default is 100; the README's
+benchmark section has recall at other settings)."""
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _IPV4 = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")

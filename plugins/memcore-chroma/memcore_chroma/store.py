@@ -523,12 +523,12 @@ class ChromaStoreBase(BaseStore):
         """Records ``where`` selects, among them its ``limit`` newest (``descending``) or oldest;
         ``None`` if records were deleted meanwhile.
 
-        Chroma cannot order by a field, and reading the metadata of a whole scope cost ~40 us a
-        record (0.2 s for a 5,000-record agent's window). Its ids come in insertion order, about
-        4 us each: the last (or first) ``LISTING_SAMPLE * limit`` inserted give a time bound that
-        at least that many records reach, and every record beyond the bound is read, so the answer
-        does not depend on that order: records inserted far out of time order (an import of old
-        records last) make the read larger, up to every match, about what sorting them all cost.
+        Chroma cannot order by a field, and sorting means reading the metadata of the whole scope
+        (an agent's whole history, for its recent window). Its ids come in insertion order, and
+        reading them alone is cheap: the last (or first) ``LISTING_SAMPLE * limit`` inserted give a
+        time bound that at least that many records reach, and every record beyond the bound is read,
+        so the answer does not depend on that order: records inserted far out of time order (an
+        import of old records last) make the read larger, up to every match, as when sorting them all.
         No more than ``LISTING_SAMPLE * limit`` matches are read whole.
         """
         ids = self._call("listing ids", lambda c: c.get(where=where, include=[]))["ids"]
@@ -735,9 +735,9 @@ def _connect(address: urls.ServerAddress) -> Connection:
 def _compact_and_reindex(path: Path) -> None:
     """Compact the folder, then drop its vector index files for Chroma to rebuild from the log.
 
-    chromadb writes its index files from buffers that can hold bytes of deleted records (found by
-    the erasure scenario of the reliability battery: a deleted record's content and id inside
-    ``data_level0.bin`` after a purge); rebuilt from the purged log, they cannot.
+    chromadb writes its index files from buffers that can hold bytes of deleted records (a deleted
+    record's content and id inside ``data_level0.bin`` after a purge); rebuilt from the purged log,
+    they cannot.
     """
     erasure.compact_persist_directory(path)
     if (path / recovery.LOG_COMPLETE).exists():

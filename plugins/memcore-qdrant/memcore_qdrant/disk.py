@@ -15,9 +15,9 @@ filesystem has room for
   segment files).
 
 The refusal is :class:`~memcore.errors.StoreFullError`; nothing of the refused write is
-stored, and reads go on. Measuring the holes walks the store's files (about 2 ms for a shard's
-110 files), so it is done at the first write, every :data:`REMEASURE_EVERY` writes, and whenever
-free space comes within twice the requirement; otherwise a write costs one ``statvfs``.
+stored, and reads go on. Measuring the holes walks every file of the store, so it is done at the
+first write, every :data:`REMEASURE_EVERY` writes, and whenever free space comes within twice the
+requirement; otherwise a write costs one ``statvfs``.
 """
 
 from __future__ import annotations

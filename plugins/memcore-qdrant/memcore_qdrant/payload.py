@@ -7,8 +7,8 @@ from which reads rebuild it, and once as fields shaped for Qdrant's filters:
   :func:`memcore.scope.storage_id` of the two, and reads by id match this field (and the scope);
 * the scope fields ``tenant``, ``user_id``, ``agent_id``, ``session_id`` (absent when unset),
   and ``scope_keys``: one keyword per non-empty subset of them (:func:`scope_key`), so that any
-  read scope is a single indexed match; a scope of two fields as two conditions made Qdrant
-  Edge check the unselective one (the tenant) point by point, 3x slower at 100k records;
+  read scope is a single indexed match; a scope of two fields as two conditions would have Qdrant
+  Edge check the unselective one (the tenant) point by point;
 * ``role``, ``kind``; ``created_at`` as integer microseconds since the epoch (exact, sortable);
 * ``text``: the content case-folded, for case-insensitive substring search;
 * ``terms``: its keyword terms, each once, so that a term's document frequency in a scope is
@@ -53,8 +53,8 @@ SCOPE_KEYS: Final = "scope_keys"
 TERMS: Final = "terms"
 
 READ_FIELDS: Final = (RECORD, CREATED_AT)
-"""What a read asks Qdrant for: turning a whole payload (terms, scope keys, the content again) into
-Python objects made a 50-hit query 26 % slower, only for the record's JSON to be decoded."""
+"""What a read asks Qdrant for: a whole payload (terms, scope keys, the content again) would be
+turned into Python objects on every hit, only for the record's JSON to be decoded."""
 
 KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND, TERMS, RECORD_ID)
 """Payload fields that get a keyword index (the scope fields first)."""
@@ -79,7 +79,7 @@ def _scope_keys(pairs: list[tuple[str, str]]) -> list[str]:
 
 @functools.lru_cache(maxsize=4_096)
 def _keys_of_every_subset(pairs: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    """Memoised: the records of a batch mostly share one scope, whose 15 keys cost ~50 us to build."""
+    """Memoised: the records of a batch mostly share one scope, whose 15 keys are then built once."""
     subsets = (combinations(pairs, size) for size in range(1, len(pairs) + 1))
     return tuple(scope_key(subset) for group in subsets for subset in group)
 

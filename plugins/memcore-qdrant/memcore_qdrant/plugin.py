@@ -27,7 +27,7 @@ def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None
 def memcore_bench_raw_client(url: str) -> RawQdrantEdge | None:
     """Raw qdrant-edge-py on a folder, for the embedded form ``qdrant://PATH`` only."""
     if not url.startswith("qdrant://"):
-        return None  # (a URL of another scheme with a query string once slipped through here)
+        return None
     location = url.removeprefix("qdrant://").split("?", 1)[0]
     if not location:
         return None

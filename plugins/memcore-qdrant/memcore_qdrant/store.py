@@ -65,8 +65,8 @@ from memcore_qdrant.keywords import query_vector
 EXCLUSION_HEADROOM = 2
 """How many times ``limit`` hits a search with an excluding filter reads before checking the filter itself."""
 EXCLUSION_MAX_LIMIT = 100
-"""Above this limit an excluding filter goes to Qdrant: turning ``2 x limit`` payloads into records
-costs more than Qdrant's point-by-point check (limit 2,000 at 5,000 records: 143 against 105 ms)."""
+"""Above this limit an excluding filter goes to Qdrant: turning ``EXCLUSION_HEADROOM * limit``
+payloads into records in Python costs more than Qdrant's point-by-point check."""
 
 
 def _records(points: builtins.list[Point]) -> builtins.list[MemoryRecord]:
@@ -221,13 +221,13 @@ class QdrantStore(BaseStore):
         """The ``limit`` best hits of ``where`` that pass ``node``, if they are among its
         ``EXCLUSION_HEADROOM * limit`` best; ``None`` when too few of those pass.
 
-        For a filter that only excludes: Qdrant Edge checks a ``must_not`` point by point, which
-        made recall's role exclusion 3-4x the cost of the scoped search (2.3 of 3.1 ms at 5,000
-        records a scope), while such a filter usually removes few of the best hits. The filter's
-        ranking is the scope's with some hits left out, so if enough of the best hits pass, they are
-        the filtered search's (up to the order of equal scores, which Qdrant leaves open on both
-        paths); when the scope holds fewer hits than were asked for, the ones that pass are all
-        there are. No metadata index is made here: only Qdrant's filtered query would use it.
+        For a filter that only excludes: Qdrant Edge checks a ``must_not`` point by point over the
+        whole scope, which costs recall's role exclusion more than the scoped search itself, while
+        such a filter usually removes few of the best hits. The filter's ranking is the scope's
+        with some hits left out, so if enough of the best hits pass, they are the filtered
+        search's (up to the order of equal scores, which Qdrant leaves open on both paths); when
+        the scope holds fewer hits than were asked for, the ones that pass are all there are. No
+        metadata index is made here: only Qdrant's filtered query would use it.
         """
         wanted = EXCLUSION_HEADROOM * limit
         hits = self._engine.query(vector, where, wanted)
