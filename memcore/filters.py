@@ -44,6 +44,7 @@ from memcore.records import (
     ROLE_NAMES,
     MemoryRecord,
     MetadataValue,
+    epoch_micros,
     in_utc,
 )
 from memcore.scope import SCOPE_FIELDS
@@ -75,12 +76,36 @@ Operand = Literal["scalar", "list", "bool", "string"]
 class FieldSpec:
     """A filterable field: its name (``metadata.`` for every metadata key), type and value.
 
+    Backends dispatch on :attr:`type`, never on the name: a ``role`` or ``string`` field is a
+    keyword column, a ``datetime`` field an integer column of epoch microseconds (see
+    :func:`column_values`), each stored under the field's name; ``metadata`` is the backend's own
+    typed layout. A field added to :data:`FIELDS` is then stored, filtered and indexed everywhere.
+
     :param read: ``read(record, field)``, the field's value in a record, or :data:`MISSING`.
     """
 
     name: str
     type: FieldType
     read: Callable[[MemoryRecord, str], object]
+
+    @property
+    def is_keyword(self) -> bool:
+        """Whether the field is a string every record has (``role``, ``kind``): a keyword column."""
+        return self.type in ("role", "string")
+
+    @property
+    def is_time(self) -> bool:
+        """Whether the field is a datetime every record has (``created_at``): a microsecond column."""
+        return self.type == "datetime"
+
+    @property
+    def is_metadata(self) -> bool:
+        """Whether this is the spec of every ``metadata.<key>`` field."""
+        return self.type == "metadata"
+
+    def metadata_key(self, field: str) -> str:
+        """The metadata key of the field ``field`` (``metadata.topic``: ``topic``)."""
+        return field[len(METADATA_PREFIX) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +457,26 @@ FIELDS: dict[str, FieldSpec] = {
     )
 }
 """The record fields a filter may test besides metadata keys."""
+
+COLUMN_FIELDS: tuple[FieldSpec, ...] = tuple(FIELDS.values())
+"""The fields every record has, which backends store as columns (payload keys, flat metadata)."""
+
+
+def column_values(record: MemoryRecord) -> dict[str, str | int]:
+    """The value of every :data:`COLUMN_FIELDS` field of ``record`` as backends store it, by field
+    name: a keyword field's string, a time field's epoch microseconds (exact, and ordered as
+    integers in every engine)."""
+    return {spec.name: column_value(spec, spec.read(record, spec.name)) for spec in COLUMN_FIELDS}
+
+
+def column_value(spec: FieldSpec, value: object) -> str | int:
+    """``value`` (of the column field ``spec``, or a filter's operand for it) as backends store it."""
+    if spec.is_time:
+        assert isinstance(value, datetime)
+        return epoch_micros(value)
+    assert isinstance(value, str)
+    return value
+
 
 METADATA_FIELD = FieldSpec(
     METADATA_PREFIX,

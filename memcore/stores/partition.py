@@ -5,8 +5,10 @@ records of one (tenant, user, agent), whatever their session, so that recall
 across an agent's sessions is one matrix-vector product and a session is a mask.
 Rows are appended as records arrive; as long as they arrive in time order (the
 normal case, since timestamps come from a monotonic clock) the row order *is*
-the time order, so "the last 20 records" is a slice, not a sort. Filters on
-``role`` and ``kind`` alone are answered with numpy masks over code columns.
+the time order, so "the last 20 records" is a slice, not a sort. Every keyword
+field of the filter table (:data:`memcore.filters.COLUMN_FIELDS`: ``role``,
+``kind``) has a code column, so filters on them alone are answered with numpy
+masks.
 """
 
 from __future__ import annotations
@@ -18,20 +20,20 @@ from uuid import UUID
 import numpy as np
 import numpy.typing as npt
 
-from memcore.filters import And, Comparison, Filter, Not
+from memcore.filters import COLUMN_FIELDS, And, Comparison, Filter, Not
 from memcore.queries import Order
-from memcore.records import ROLE_NAMES, MemoryRecord, epoch_micros
+from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.stores.keyword_postings import Postings
 from memcore.validation import Matrix
 
 _INITIAL_CAPACITY = 16
-_ROLE_CODES = {role: code for code, role in enumerate(ROLE_NAMES)}
-_KIND_CODES: dict[str, int] = {}
+_CODED_FIELDS = tuple(spec for spec in COLUMN_FIELDS if spec.is_keyword)
+_FIELD_CODES: dict[str, dict[str, int]] = {spec.name: {} for spec in _CODED_FIELDS}
 _SESSION_CODES: dict[str, int] = {}
 _NO_SESSION = -1
 _CODES_LOCK = threading.Lock()
-_COLUMN_FIELDS = ("role", "kind")
+_MASKED_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists"})
 
 RowKey = tuple[str | None, UUID]
 """A record's key within its owner's partition: its session and its id (a record is its scope plus its id)."""
@@ -53,10 +55,6 @@ def _code(codes: dict[str, int], value: str) -> int:
     return code
 
 
-def _kind_code(kind: str) -> int:
-    return _code(_KIND_CODES, kind)
-
-
 def _session_code(session_id: str | None) -> int:
     return _NO_SESSION if session_id is None else _code(_SESSION_CODES, session_id)
 
@@ -72,8 +70,8 @@ class Partition:
     has_vector: npt.NDArray[np.bool_] = field(init=False)
     timestamps: npt.NDArray[np.int64] = field(init=False)
     id_keys: npt.NDArray[np.uint64] = field(init=False)
-    roles: npt.NDArray[np.uint8] = field(init=False)
-    kinds: npt.NDArray[np.int32] = field(init=False)
+    codes: dict[str, npt.NDArray[np.int32]] = field(init=False)
+    """A code column per keyword field (:data:`_CODED_FIELDS`), by field name."""
     sessions: npt.NDArray[np.int32] = field(init=False)
     rows_in_time_order: bool = True
     _sorted_rows: npt.NDArray[np.intp] | None = None
@@ -84,8 +82,7 @@ class Partition:
         self.has_vector = np.zeros(_INITIAL_CAPACITY, dtype=bool)
         self.timestamps = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
         self.id_keys = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
-        self.roles = np.zeros(_INITIAL_CAPACITY, dtype=np.uint8)
-        self.kinds = np.zeros(_INITIAL_CAPACITY, dtype=np.int32)
+        self.codes = {spec.name: np.zeros(_INITIAL_CAPACITY, dtype=np.int32) for spec in _CODED_FIELDS}
         self.sessions = np.zeros(_INITIAL_CAPACITY, dtype=np.int32)
 
     @property
@@ -101,8 +98,9 @@ class Partition:
         grown = np.zeros((capacity, self.dimension), dtype=np.float32)
         grown[: self.size] = self.vectors[: self.size]
         self.vectors = grown
-        for name in ("has_vector", "timestamps", "id_keys", "roles", "kinds", "sessions"):
+        for name in ("has_vector", "timestamps", "id_keys", "sessions"):
             setattr(self, name, np.resize(getattr(self, name), capacity))
+        self.codes = {name: np.resize(column, capacity) for name, column in self.codes.items()}
 
     def set_dimension(self, dimension: int) -> None:
         """Give a partition created before any vector existed its vector width."""
@@ -130,8 +128,9 @@ class Partition:
                 self.rows_in_time_order = False
         self._sorted_rows = None
         self.timestamps[row], self.id_keys[row] = stamp, key
-        self.roles[row] = _ROLE_CODES[record.message.role]
-        self.kinds[row] = _kind_code(record.kind)
+        for spec in _CODED_FIELDS:
+            value = str(spec.read(record, spec.name))
+            self.codes[spec.name][row] = _code(_FIELD_CODES[spec.name], value)
         self.sessions[row] = _session_code(record.scope.session_id)
         self.has_vector[row] = vector is not None
         self.vectors[row] = 0.0 if vector is None else vector
@@ -155,9 +154,8 @@ class Partition:
                 self.has_vector,
                 self.timestamps,
                 self.id_keys,
-                self.roles,
-                self.kinds,
                 self.sessions,
+                *self.codes.values(),
             ):
                 array[row] = array[last]
             self.rows_in_time_order = False
@@ -207,7 +205,7 @@ class Partition:
         return mask
 
     def mask(self, node: Filter | None) -> npt.NDArray[np.bool_] | None:
-        """The rows matching ``node`` as a mask, if it only tests role and kind; else ``None``."""
+        """The rows matching ``node`` as a mask, if it only tests keyword fields; else ``None``."""
         n = self.size
         if node is None:
             return np.ones(n, dtype=bool)
@@ -223,20 +221,22 @@ class Partition:
         return combine.reduce([m for m in masks if m is not None])  # type: ignore[no-any-return]
 
     def _comparison_mask(self, node: Comparison) -> npt.NDArray[np.bool_] | None:
-        if node.field not in _COLUMN_FIELDS or node.op not in ("$eq", "$ne", "$in", "$nin", "$exists"):
+        codes = self.codes.get(node.field)
+        if codes is None or node.op not in _MASKED_OPERATORS:
             return None
         n = self.size
         if node.op == "$exists":
             return np.full(n, bool(node.value))
-        column = self.roles[:n] if node.field == "role" else self.kinds[:n]
+        column = codes[:n]
         values = node.value if isinstance(node.value, tuple) else (node.value,)
-        lookup = _ROLE_CODES if node.field == "role" else _KIND_CODES
+        lookup = _FIELD_CODES[node.field]
         # A lookup table indexed by code: one gather, where np.isin would sort or compare per value;
         # this runs on every read (recall filters on role, and hybrid recall lists neighbours many times).
-        table = np.zeros(max(len(lookup), len(_ROLE_CODES)), dtype=bool)
+        # Every stored code was handed out before this read, so the table covers the column.
+        table = np.zeros(len(lookup), dtype=bool)
         for value in values:
             code = lookup.get(str(value))
-            if code is not None:  # a kind no record has matches nothing
+            if code is not None:  # a value no record has matches nothing
                 table[code] = True
         matches: npt.NDArray[np.bool_] = table[column]
         return ~matches if node.op in ("$ne", "$nin") else matches

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from memcore.filters import OPERATORS, RANGE_OPS, FieldType, Operator, field_spec
+from memcore.filters import FIELDS, METADATA_PREFIX, OPERATORS, RANGE_OPS, FieldType, Operator, field_spec
 from memcore.records import ROLE_NAMES, MetadataValue
 from memcore.testing.helpers import BASE_TIME
 
@@ -48,7 +48,8 @@ def _minute(value: int) -> str:
     return (BASE_TIME + timedelta(minutes=value)).isoformat()
 
 
-_FIELDS = ("role", "kind", "created_at", *(f"metadata.{k}" for k in METADATA_KEYS))
+_FIELDS = (*FIELDS, *(f"{METADATA_PREFIX}{k}" for k in METADATA_KEYS))
+"""Every field of the filter table, and the metadata keys the drawn records use."""
 _PREFIXES = (*STRINGS, "us", "as", "tu", "fa")
 """Strings for a string operand: metadata strings, and prefixes of roles and kinds."""
 

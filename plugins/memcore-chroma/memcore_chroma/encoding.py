@@ -33,7 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.errors import StoreCorruptedError
-from memcore.records import MemoryRecord, epoch_micros
+from memcore.filters import column_values
+from memcore.records import MemoryRecord
 from memcore.scope import SCOPE_FIELDS, Scope, storage_id
 
 Where = dict[str, Any]
@@ -77,9 +78,7 @@ def flat_metadata(record: MemoryRecord, has_vector: bool) -> ChromaMetadata:
     flat: ChromaMetadata = {f"{SCOPE_PREFIX}{name}": value for name, value in record.scope.items()}
     flat[SCOPE_KEY] = record.scope.digest()
     flat[RECORD_ID_KEY] = str(record.id)
-    flat["role"] = record.message.role
-    flat["kind"] = record.kind
-    flat[CREATED_AT_KEY] = epoch_micros(record.created_at)
+    flat.update(column_values(record))
     flat[VECTOR_KEY] = has_vector
     for key, value in record.metadata.items():
         if isinstance(value, list):

@@ -32,14 +32,25 @@ is ever dropped from the exact answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from memcore.errors import FilterError
-from memcore.filters import STANDARD_OPERATORS, And, Comparison, Filter, Not, Or, Scalar, evaluate, is_number
+from memcore.filters import (
+    STANDARD_OPERATORS,
+    And,
+    Comparison,
+    FieldSpec,
+    Filter,
+    Not,
+    Or,
+    Scalar,
+    column_value,
+    evaluate,
+    field_spec,
+    is_number,
+)
 from memcore.kit import exact_as_float
-from memcore.records import MemoryRecord, epoch_micros
+from memcore.records import MemoryRecord
 from memcore_chroma.encoding import (
-    CREATED_AT_KEY,
     TYPE_LIST,
     TYPE_NUM,
     VALUE_TYPES,
@@ -152,13 +163,12 @@ def _disjunction(parts: list[CompiledFilter]) -> CompiledFilter:
 
 
 def _comparison(node: Comparison, negated: bool) -> CompiledFilter:
+    spec = field_spec(node.field)
     if node.op == "$exists":
-        return _exists(node.field, node.value is not negated)
-    if node.field in ("role", "kind"):
-        return _always_present(node.field, node.op, node.value, negated)
-    if node.field == CREATED_AT_KEY:
-        return _always_present(node.field, node.op, _micros(node.value), negated)
-    key = node.field.removeprefix("metadata.")
+        return _exists(spec, node.field, node.value is not negated)
+    if not spec.is_metadata:  # a column: stored under its name, as column_value has it
+        return _always_present(node.field, node.op, _stored(spec, node.value), negated)
+    key = spec.metadata_key(node.field)
     if node.op == "$contains":
         return CompiledFilter({list_key(key): {"$not_contains" if negated else "$contains": node.value}})
     if node.op in ("$eq", "$ne"):
@@ -172,27 +182,21 @@ def _comparison(node: Comparison, negated: bool) -> CompiledFilter:
     raise FilterError(f"{node.field}: the Chroma store cannot compile the operator {node.op!r}")
 
 
-def _micros(value: Scalar | tuple[Scalar, ...]) -> int | tuple[int, ...]:
+def _stored(spec: FieldSpec, value: Scalar | tuple[Scalar, ...]) -> str | int | tuple[str | int, ...]:
     if isinstance(value, tuple):
-        return tuple(_single_micros(item) for item in value)
-    return _single_micros(value)
+        return tuple(column_value(spec, item) for item in value)
+    return column_value(spec, value)
 
 
-def _single_micros(value: Scalar) -> int:
-    if not isinstance(value, datetime):
-        raise FilterError(f"created_at compares datetimes, got {value!r}")
-    return epoch_micros(value)
-
-
-def _exists(field: str, wanted: bool) -> CompiledFilter:
-    if not field.startswith("metadata."):
-        return ANYTHING if wanted else NOTHING  # role, kind and created_at are always set
-    key = type_key(field.removeprefix("metadata."))
+def _exists(spec: FieldSpec, field: str, wanted: bool) -> CompiledFilter:
+    if not spec.is_metadata:
+        return ANYTHING if wanted else NOTHING  # every record has its columns
+    key = type_key(spec.metadata_key(field))
     return CompiledFilter({key: {"$in" if wanted else "$nin": list(VALUE_TYPES)}})
 
 
 def _always_present(
-    field: str, op: str, value: Scalar | tuple[Scalar, ...] | int | tuple[int, ...], negated: bool
+    field: str, op: str, value: str | int | tuple[str | int, ...], negated: bool
 ) -> CompiledFilter:
     """Comparisons on a field every record has, with a value of the stored type."""
     if op in ("$in", "$nin"):

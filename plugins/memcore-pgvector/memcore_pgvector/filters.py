@@ -4,7 +4,8 @@ No value and no key is ever part of the SQL text: every one is a parameter
 (``%s``), and the SQL is assembled from fixed fragments only. The semantics are
 those of :func:`memcore.filters.evaluate`, exactly:
 
-* ``role``, ``kind`` and ``created_at`` (integer microseconds) are columns;
+* the fields every record has (``role``, ``kind``; ``created_at`` in integer
+  microseconds) are columns named after them (:func:`memcore.filters.column_values`);
 * metadata lives in one ``jsonb`` column. Equality compares JSON values, which
   keeps types apart (``"1"``, ``1`` and ``true`` differ) while ints and floats
   compare as numbers; on a list, equality matches any element; ranges compare
@@ -21,21 +22,29 @@ compiler does not know, and :class:`memcore.store.BaseStore` evaluates it exactl
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from memcore.filters import METADATA_PREFIX, STANDARD_OPERATORS, And, Comparison, Filter, Not, Or, Scalar
+from memcore.filters import (
+    STANDARD_OPERATORS,
+    And,
+    Comparison,
+    FieldSpec,
+    Filter,
+    Not,
+    Or,
+    Scalar,
+    column_value,
+    field_spec,
+)
 from memcore.kit import exact_as_float
-from memcore.records import epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 
 Condition = tuple[str, list[Any]]
 """SQL text made of fixed fragments and ``%s`` placeholders, and the values they bind."""
 
 _RANGE_SQL = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-_COLUMNS = ("role", "kind", "created_at")
 
 
 def scope_condition(scope: Scope) -> Condition:
@@ -62,7 +71,9 @@ NATIVE_OPERATORS = STANDARD_OPERATORS
 def expresses(node: Comparison) -> bool:
     """Whether :func:`compile_filter` compiles ``node`` into SQL that compares exactly: an operator
     it knows, and no metadata number beyond the float-exact range."""
-    return node.op in NATIVE_OPERATORS and (node.field in _COLUMNS or exact_as_float(node.value))
+    return node.op in NATIVE_OPERATORS and (
+        not field_spec(node.field).is_metadata or exact_as_float(node.value)
+    )
 
 
 def compile_filter(node: Filter | None) -> Condition:
@@ -81,9 +92,10 @@ def compile_filter(node: Filter | None) -> Condition:
 
 
 def _comparison(node: Comparison) -> Condition:
-    if node.field in _COLUMNS:
-        return _column_comparison(node)
-    key = node.field[len(METADATA_PREFIX) :]
+    spec = field_spec(node.field)
+    if not spec.is_metadata:
+        return _column_comparison(spec, node)
+    key = spec.metadata_key(node.field)
     op, value = node.op, node.value
     if op == "$exists":
         return ("(metadata ? %s)" if value else "(NOT metadata ? %s)"), [key]
@@ -138,13 +150,14 @@ def _number(value: int | float) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _column_comparison(node: Comparison) -> Condition:
-    column, op, value = node.field, node.op, node.value  # column: one of _COLUMNS, fixed SQL
+def _column_comparison(spec: FieldSpec, node: Comparison) -> Condition:
+    # The column is named after a field of memcore's fixed table, never after caller input.
+    column, op, value = spec.name, node.op, node.value
     if op == "$exists":
         return ("TRUE" if value else "FALSE"), []
 
-    def stored(item: Any) -> Any:
-        return epoch_micros(item) if isinstance(item, datetime) else item
+    def stored(item: Any) -> str | int:
+        return column_value(spec, item)
 
     if op in ("$in", "$nin"):
         assert isinstance(value, tuple)

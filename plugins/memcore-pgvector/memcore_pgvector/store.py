@@ -40,11 +40,11 @@ from memcore.errors import (
     StoreCorruptedError,
     StoreError,
 )
-from memcore.filters import Comparison, Filter
+from memcore.filters import COLUMN_FIELDS, Comparison, Filter, column_values
 from memcore.kit import check_same_dimension, clamp_score
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
-from memcore.scope import Scope, storage_id
+from memcore.scope import SCOPE_FIELDS, Scope, storage_id
 from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
@@ -64,11 +64,16 @@ WAIT_TIMEOUT = 5.0
 SEARCH_SETTINGS = "SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = 100"
 """Every connection's HNSW settings: an iterative scan goes on until a scoped or filtered query has
 its ``limit`` hits (up to ``hnsw.max_scan_tuples``), each step exploring 100 candidates."""
-_COLUMNS = ", ".join(
-    [
-        *("key", "id", "tenant", "user_id", "agent_id", "session_id", "role", "kind", "created_at"),
-        *("content_folded", "metadata", "record", "embedding"),
-    ]
+_RECORD_COLUMNS = [
+    *(spec.name for spec in COLUMN_FIELDS),
+    *("content_folded", "metadata", "record", "embedding"),
+]
+"""The columns an upsert rewrites: the filter table's record fields, then the stored forms."""
+_INSERTED = ["key", "id", *SCOPE_FIELDS, *_RECORD_COLUMNS]
+# Column names come from memcore's fixed tables, never from the caller.
+_UPSERT = (
+    f"INSERT INTO {{}} ({', '.join(_INSERTED)}) VALUES ({', '.join(['%s'] * len(_INSERTED))})"
+    f" ON CONFLICT (key) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in _RECORD_COLUMNS)}"
 )
 
 
@@ -236,9 +241,7 @@ class PgvectorStore(BaseStore):
                 record.scope.user_id,
                 record.scope.agent_id,
                 record.scope.session_id,
-                record.message.role,
-                record.kind,
-                epoch_micros(record.created_at),
+                *column_values(record).values(),
                 fold_content(record.message.content),
                 Jsonb(record.metadata),
                 record.model_dump_json(),
@@ -246,12 +249,7 @@ class PgvectorStore(BaseStore):
             )
             for row, record in enumerate(records)
         ]
-        statement = sql.SQL(
-            "INSERT INTO {} (" + _COLUMNS + ") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (key) DO UPDATE SET role = EXCLUDED.role, kind = EXCLUDED.kind,"
-            " created_at = EXCLUDED.created_at, content_folded = EXCLUDED.content_folded,"
-            " metadata = EXCLUDED.metadata, record = EXCLUDED.record, embedding = EXCLUDED.embedding"
-        ).format(self._tables.records)
+        statement = sql.SQL(_UPSERT).format(self._tables.records)
         fixing = vectors is not None and self._dimension != vectors.shape[1]
         with self._connection("add records") as connection, connection.transaction():
             if vectors is not None and fixing:

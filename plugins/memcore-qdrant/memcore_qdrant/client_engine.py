@@ -303,13 +303,12 @@ class ClientEngine:
                     type=models.KeywordIndexType.KEYWORD, is_tenant=True if name == fields.TENANT else None
                 )
                 self._client.create_payload_index(self._collection, name, field_schema=schema, wait=True)
-        if fields.CREATED_AT not in present:
-            created_at = models.IntegerIndexParams(
-                type=models.IntegerIndexType.INTEGER, lookup=True, range=True
-            )
-            self._client.create_payload_index(
-                self._collection, fields.CREATED_AT, field_schema=created_at, wait=True
-            )
+        for name in fields.INTEGER_FIELDS:
+            if name not in present:
+                integer = models.IntegerIndexParams(
+                    type=models.IntegerIndexType.INTEGER, lookup=True, range=True
+                )
+                self._client.create_payload_index(self._collection, name, field_schema=integer, wait=True)
 
     def _dense_vector(self, vectors: Any) -> int | None:
         where = f"the collection {self._collection!r} at {self.location}"

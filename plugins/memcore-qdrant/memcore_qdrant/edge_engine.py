@@ -144,11 +144,12 @@ def ensure_indexes(shard: edge.EdgeShard) -> None:
     present = set(shard.info().payload_schema)
     for name in fields.KEYWORD_FIELDS:
         if name not in present:
-            params = edge.KeywordIndexParams(is_tenant=name == fields.TENANT)
-            shard.update(edge.UpdateOperation.create_field_index(name, params))
-    if fields.CREATED_AT not in present:
-        created_at = edge.IntegerIndexParams(lookup=True, range=True)
-        shard.update(edge.UpdateOperation.create_field_index(fields.CREATED_AT, created_at))
+            keyword = edge.KeywordIndexParams(is_tenant=name == fields.TENANT)
+            shard.update(edge.UpdateOperation.create_field_index(name, keyword))
+    for name in fields.INTEGER_FIELDS:
+        if name not in present:
+            integer = edge.IntegerIndexParams(lookup=True, range=True)
+            shard.update(edge.UpdateOperation.create_field_index(name, integer))
 
 
 def _current(point: Point) -> Point:

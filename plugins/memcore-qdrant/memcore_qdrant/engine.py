@@ -85,7 +85,7 @@ def pages(fetch: Fetch, limit: int | None = None) -> Iterator[list[Point]]:
 MAX_METADATA_INDEXES = 64
 """At most this many metadata payload indexes are made on demand per collection (each costs memory)."""
 
-BUILT_IN_INDEXES = frozenset({*fields.KEYWORD_FIELDS, fields.CREATED_AT})
+BUILT_IN_INDEXES = frozenset({*fields.KEYWORD_FIELDS, *fields.INTEGER_FIELDS})
 """The payload indexes every collection gets at creation."""
 
 

@@ -37,7 +37,19 @@ from datetime import datetime
 from typing import Literal, TypeAlias
 from uuid import UUID
 
-from memcore.filters import RANGE_OPS, STANDARD_OPERATORS, And, Comparison, Filter, Not, Or, Scalar
+from memcore.filters import (
+    RANGE_OPS,
+    STANDARD_OPERATORS,
+    And,
+    Comparison,
+    FieldSpec,
+    Filter,
+    Not,
+    Or,
+    Scalar,
+    column_value,
+    field_spec,
+)
 from memcore.kit import exact_as_float
 from memcore.records import INT64_MAX, INT64_MIN, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
@@ -209,11 +221,12 @@ def compile_filter(node: Filter) -> Condition:
         return any_of([compile_filter(clause) for clause in node.clauses])
     if isinstance(node, Not):
         return negate(compile_filter(node.clause))
-    if node.field in (fields.ROLE, fields.KIND):
+    spec = field_spec(node.field)
+    if spec.is_keyword:
         return _keyword_comparison(node)
-    if node.field == fields.CREATED_AT:
-        return _time_comparison(node)
-    return _metadata_comparison(node)
+    if spec.is_time:
+        return _time_comparison(spec, node)
+    return _metadata_comparison(spec.metadata_key(node.field), node)
 
 
 def excludes_only(node: Filter) -> bool:
@@ -276,37 +289,36 @@ def _keyword_comparison(node: Comparison) -> Condition:
         assert isinstance(node.value, str)
         match = Match(key, node.value)
         return match if op == "$eq" else negate(match)
-    # The parser allows no other operator on role and kind (no ranges, no $contains).
+    # The parser allows no other operator on keyword fields (no ranges, no $contains).
     assert op in ("$in", "$nin"), op
     values = tuple(str(v) for v in _values(node))
     if op == "$in":
         return MatchAny(key, values) if values else NOTHING
-    # Not Qdrant's MatchExcept: on these always-present fields "not any of" is the same, and Qdrant
+    # Not Qdrant's MatchExcept: on fields every record has "not any of" is the same, and Qdrant
     # answers it from the index, more cheaply than MatchExcept, on every recall.
     return negate(MatchAny(key, values)) if values else EVERYTHING
 
 
-def _time_comparison(node: Comparison) -> Condition:
-    key, op = fields.CREATED_AT, node.op
+def _time_comparison(spec: FieldSpec, node: Comparison) -> Condition:
+    key, op = spec.name, node.op
     if op == "$exists":
         return EVERYTHING if node.value else NOTHING
     if op in ("$in", "$nin"):  # the parser makes every value a datetime
-        stamps = tuple(epoch_micros(v) for v in _values(node))  # type: ignore[arg-type]
+        stamps = tuple(int(column_value(spec, v)) for v in _values(node))
         matched = MatchAny(key, stamps) if stamps else NOTHING
         return matched if op == "$in" else negate(matched)
-    assert isinstance(node.value, datetime)
-    stamp = epoch_micros(node.value)
+    stamp = int(column_value(spec, node.value))
     if op == "$eq":
         return Match(key, stamp)  # an integer match: exact
     if op == "$ne":
         return negate(Match(key, stamp))
-    # The parser allows no $contains on created_at: a range.
+    # The parser allows no $contains on a time field: a range.
     assert op in RANGE_OPS, op
     return Range(key, **{op[1:]: float(stamp)})
 
 
-def _metadata_comparison(node: Comparison) -> Condition:
-    key, op = node.field.removeprefix("metadata."), node.op
+def _metadata_comparison(key: str, node: Comparison) -> Condition:
+    op = node.op
     if op == "$exists":
         present = Match(fields.METADATA_KEYS, key)
         return present if node.value else negate(present)

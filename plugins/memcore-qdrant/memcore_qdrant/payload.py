@@ -32,15 +32,14 @@ from itertools import combinations
 from typing import Any, Final
 
 from memcore.errors import InvalidInputError, StoreCorruptedError
-from memcore.records import MemoryRecord, MetadataValue, epoch_micros
+from memcore.filters import COLUMN_FIELDS, column_values
+from memcore.records import MemoryRecord, MetadataValue
 from memcore.scope import SCOPE_FIELDS
 from memcore_qdrant.keywords import SparseVector, distinct_terms, document_vector
 
 RECORD: Final = "record"
 RECORD_ID: Final = "record_id"
 TEXT: Final = "text"
-ROLE: Final = "role"
-KIND: Final = "kind"
 CREATED_AT: Final = "created_at"
 METADATA_KEYS: Final = "m_keys"
 STR: Final = "m_str"
@@ -56,8 +55,17 @@ READ_FIELDS: Final = (RECORD, CREATED_AT)
 """What a read asks Qdrant for: a whole payload (terms, scope keys, the content again) would be
 turned into Python objects on every hit, only for the record's JSON to be decoded."""
 
-KEYWORD_FIELDS: Final = (*SCOPE_FIELDS, SCOPE_KEYS, ROLE, KIND, TERMS, RECORD_ID)
+KEYWORD_FIELDS: Final = (
+    *SCOPE_FIELDS,
+    SCOPE_KEYS,
+    *(spec.name for spec in COLUMN_FIELDS if spec.is_keyword),
+    TERMS,
+    RECORD_ID,
+)
 """Payload fields that get a keyword index (the scope fields first)."""
+
+INTEGER_FIELDS: Final = tuple(spec.name for spec in COLUMN_FIELDS if spec.is_time)
+"""Payload fields that get an integer index with ranges (the time fields, in microseconds)."""
 
 
 def metadata_path(group: str, key: str) -> str:
@@ -109,9 +117,7 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
         RECORD_ID: str(record.id),
         TEXT: text,
         TERMS: distinct_terms(text),
-        ROLE: record.message.role,
-        KIND: record.kind,
-        CREATED_AT: epoch_micros(record.created_at),
+        **column_values(record),
         METADATA_KEYS: sorted(record.metadata),
     }
     payload.update(record.scope.items())

@@ -155,10 +155,10 @@ def test_an_existing_collection_gets_the_indexes_it_lacks() -> None:
     """A crash between creating the collection and its indexes is repaired on the next open."""
     client = mock.Mock(spec=QdrantClient)
     client.collection_exists.return_value = True
-    client.get_collection.return_value = _collection({fields.TENANT: object(), fields.ROLE: object()})
+    client.get_collection.return_value = _collection({fields.TENANT: object(), "role": object()})
     ClientEngine(client, "memcore", "http://server:6333/memcore", server=True)
     created = [call.args[1] for call in client.create_payload_index.call_args_list]
-    expected = [name for name in fields.KEYWORD_FIELDS if name not in (fields.TENANT, fields.ROLE)]
+    expected = [name for name in fields.KEYWORD_FIELDS if name not in (fields.TENANT, "role")]
     assert created == [*expected, fields.CREATED_AT]
     client.create_collection.assert_not_called()
 
