@@ -18,7 +18,7 @@ import pytest
 from memcore.embedders.base import Embedder
 from memcore.embedders.hashing import HashEmbedder
 from memcore.hookspecs import hookimpl
-from memcore.plugins import get_plugin_manager, reset_plugin_manager
+from memcore.plugin_manager import get_plugin_manager, reset_plugin_manager
 from memcore.store import BaseStore
 from memcore.stores.memory import MemoryStore
 

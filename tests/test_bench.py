@@ -13,7 +13,7 @@ import pytest
 from memcore import hookimpl
 from memcore.bench.workloads import opened
 from memcore.cli import main
-from memcore.plugins import get_plugin_manager
+from memcore.plugin_manager import get_plugin_manager
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.testing.raw_baseline import check_raw_baseline

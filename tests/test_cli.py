@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from memcore.cli import main
-from memcore.plugins import BENCH_PLUGIN_NAME, BUILTIN_PLUGIN_NAME
+from memcore.plugin_manager import BENCH_PLUGIN_NAME, BUILTIN_PLUGIN_NAME
 
 BUILTIN_ROW = {
     "name": BUILTIN_PLUGIN_NAME,

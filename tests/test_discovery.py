@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from memcore.plugins import BUILTIN_PLUGIN_NAME, open_store, plugin_infos, reset_plugin_manager, store_classes
+from memcore.plugin_manager import BUILTIN_PLUGIN_NAME, reset_plugin_manager
+from memcore.plugins import open_store, plugin_infos, store_classes
 from memcore.testing import StoreConformance, StoreFactory
 
 DISTRIBUTION = "memcore-example-store"

@@ -25,7 +25,8 @@ from memcore.embedders.cache import DEFAULT_MAX_ENTRIES, CachedEmbedder, CacheSt
 from memcore.embedders.hashing import HashEmbedder
 from memcore.embedders.sentence_transformers import MODEL_NAME, SentenceTransformerEmbedder
 from memcore.errors import InvalidInputError, PluginError, UnknownPluginError
-from memcore.plugins import BUILTIN_PLUGIN_NAME, embedder_factories, open_embedder
+from memcore.plugin_manager import BUILTIN_PLUGIN_NAME
+from memcore.plugins import embedder_factories, open_embedder
 from memcore.validation import Matrix
 
 

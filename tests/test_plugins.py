@@ -26,13 +26,12 @@ from memcore.embedders.base import Embedder
 from memcore.embedders.hashing import MAX_DIM, HashEmbedder
 from memcore.errors import InvalidInputError, PluginError, UnknownPluginError
 from memcore.hookspecs import hookimpl
+from memcore.plugin_manager import BUILTIN_PLUGIN_NAME, get_plugin_manager
 from memcore.plugins import (
-    BUILTIN_PLUGIN_NAME,
     EMBEDDER_PACKAGES,
     STORE_PACKAGES,
     default_store_url,
     embedder_factories,
-    get_plugin_manager,
     open_embedder,
     open_store,
     plugin_infos,

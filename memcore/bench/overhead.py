@@ -20,7 +20,7 @@ from memcore.bench.dataset import TENANT, Dataset, record, selective_scope
 from memcore.bench.progress import Progress
 from memcore.bench.raw import RawClient
 from memcore.bench.workloads import K, fresh, opened
-from memcore.plugins import get_plugin_manager
+from memcore.plugin_manager import get_plugin_manager
 from memcore.scope import Scope
 from memcore.store import Store
 

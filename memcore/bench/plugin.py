@@ -1,6 +1,6 @@
 """``memcore bench``'s plugin: it adds the bench's hooks to memcore's plugin manager.
 
-Registered by :mod:`memcore.plugins` beside :mod:`memcore.builtin_plugins`.
+Registered by :mod:`memcore.plugin_manager` beside :mod:`memcore.builtin_plugins`.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ from memcore.bench.progress import Progress
 from memcore.bench.rss import PeakRss
 from memcore.bench.timing import sample, summary
 from memcore.errors import MemcoreError
-from memcore.plugins import get_plugin_manager, open_store
+from memcore.plugin_manager import get_plugin_manager
+from memcore.plugins import open_store
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store

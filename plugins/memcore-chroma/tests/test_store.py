@@ -19,7 +19,7 @@ from memcore.errors import (
     StoreLockedError,
 )
 from memcore.locking import lock_path
-from memcore.plugins import reset_plugin_manager
+from memcore.plugin_manager import reset_plugin_manager
 from memcore.scope import Scope
 from memcore.store import VectorSpace
 from memcore.testing.helpers import make_record, random_vectors

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memcore.plugins import LOAD_PLUGINS_ENV, reset_plugin_manager
+from memcore.plugin_manager import LOAD_PLUGINS_ENV, reset_plugin_manager
 
 
 @pytest.fixture
