@@ -4,8 +4,9 @@
 ``chroma+http(s)://host:port`` (a server); see :mod:`memcore_chroma.urls`.
 """
 
+from memcore_chroma.deployments import ChromaHttpStore, ChromaMemoryStore, ChromaStore
 from memcore_chroma.errors import ExclusiveMaintenanceError
-from memcore_chroma.store import ChromaHttpStore, ChromaMemoryStore, ChromaStore, ChromaStoreBase
+from memcore_chroma.store import ChromaStoreBase
 
 __all__ = [
     "ChromaHttpStore",

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from memcore import hookimpl
 from memcore.store import BaseStore
+from memcore_chroma.deployments import ChromaHttpStore, ChromaMemoryStore, ChromaStore
 from memcore_chroma.opening import DEFAULT_COLLECTION
-from memcore_chroma.store import ChromaHttpStore, ChromaMemoryStore, ChromaStore
 
 if TYPE_CHECKING:
     from memcore_chroma.raw_baseline import RawChroma

@@ -1,6 +1,7 @@
-"""The Chroma stores: embedded (``chroma://``), in memory (``chroma+memory://``), server (``chroma+http://``).
+"""What the Chroma stores share: the memcore contract over one Chroma collection.
 
-All three share :class:`ChromaStoreBase`; they differ in how they connect
+The three stores (:mod:`memcore_chroma.deployments`: embedded ``chroma://``, in memory
+``chroma+memory://``, server ``chroma+http://``) differ only in how they connect
 (:mod:`memcore_chroma.connection`) and in their capabilities. One memcore
 store is one Chroma collection (cosine space) holding records laid out as
 :mod:`memcore_chroma.encoding` describes; the collection's metadata keeps the
@@ -14,7 +15,8 @@ Reads compile the scope and the filter into one ``where``
 (:mod:`memcore_chroma.filters`). When that ``where`` is exact, counts and
 limits go to Chroma as they are; when it is a superset, candidates are
 fetched (over-fetching, then fetching more until ``limit`` hits or no more
-candidates) and post-filtered with :func:`memcore.filters.evaluate`. Text
+candidates) and post-filtered with :func:`memcore.filters.evaluate`
+(:mod:`memcore_chroma.reads`). Text
 search is a case-insensitive substring match evaluated here, over the
 scope's candidates: Chroma's ``where_document`` ``$contains`` is
 case-sensitive.
@@ -26,9 +28,8 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import ClassVar, Self, TypeVar
-from uuid import UUID, uuid4
+from typing import TypeVar
+from uuid import UUID
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
@@ -37,20 +38,18 @@ from chromadb.errors import NotFoundError
 from memcore.errors import (
     DimensionMismatchError,
     EmbedderMismatchError,
-    InvalidInputError,
     MemcoreError,
     StoreError,
     StoreFullError,
 )
 from memcore.filters import Comparison, Filter
-from memcore.kit import check_same_dimension, clamp_score, order_key
+from memcore.kit import check_same_dimension, order_key
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope
-from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
-from memcore.urls import COLLECTION, StoreURL
-from memcore.validation import Matrix, check_dimension
-from memcore_chroma import connection, erasure, recovery, urls
+from memcore.store import BaseStore, VectorSpace, text_matches
+from memcore.validation import Matrix
+from memcore_chroma import connection, erasure, reads, rebuild, recovery
 from memcore_chroma.connection import Connection
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
@@ -58,7 +57,6 @@ from memcore_chroma.encoding import (
     VECTOR_KEY,
     Where,
     all_of,
-    decode,
     decode_found,
     encode,
     entry_id,
@@ -69,7 +67,6 @@ from memcore_chroma.encoding import (
 from memcore_chroma.errors import ExclusiveMaintenanceError, partly_written, translated
 from memcore_chroma.filters import CompiledFilter, compile_filter, expresses
 from memcore_chroma.opening import (
-    DEFAULT_COLLECTION,
     FORMAT,
     META_DIMENSION,
     META_EMBEDDER,
@@ -79,43 +76,20 @@ from memcore_chroma.opening import (
     REBUILD_SUFFIX,
     Meta,
     backfill_scope_keys,
-    check_collection_name,
-    check_ef_search,
     checked_metadata,
-    configuration,
     ef_search_of,
-    find,
     int_value,
     migrate_entry_ids,
     open_collection,
     settled,
 )
-
-__all__ = [
-    "ChromaHttpStore",
-    "ChromaMemoryStore",
-    "ChromaStore",
-    "ChromaStoreBase",
-    "check_collection_name",
-]
-
-PAGE_SIZE = 1_000
-"""Entries per request when copying a collection or writing a large batch."""
-FULL_DISK_MARGIN = 64 * 2**20
-"""Free bytes under which a failed embedded write is taken for a full disk (Chroma's error does not say)."""
-MIN_OVERFETCH = 64
-"""Candidates fetched at least when a search must post-filter; then 4 times more per round."""
-
-LISTING_SAMPLE = 2
-"""An ordered read with a limit first times the ``LISTING_SAMPLE * limit`` records inserted last
-(or first) to bound what it reads (see :meth:`ChromaStoreBase._newest_or_oldest`)."""
+from memcore_chroma.reads import chunks
+from memcore_chroma.rebuild import PAGE_SIZE
 
 T = TypeVar("T")
 
-
-def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+FULL_DISK_MARGIN = 64 * 2**20
+"""Free bytes under which a failed embedded write is taken for a full disk (Chroma's error does not say)."""
 
 
 class ChromaStoreBase(BaseStore):
@@ -295,7 +269,7 @@ class ChromaStoreBase(BaseStore):
     def _of_ids(scope: Scope, ids: list[UUID]) -> Iterator[Where | None]:
         """``where`` documents selecting the records of ``ids`` in ``scope``, in every exact scope
         within it (:data:`PAGE_SIZE` ids each)."""
-        for chunk in _chunks(ids, PAGE_SIZE):
+        for chunk in chunks(ids, PAGE_SIZE):
             yield all_of([*scope_clauses(scope), {RECORD_ID_KEY: {"$in": [str(i) for i in chunk]}}])
 
     # -- writing ---------------------------------------------------------------
@@ -390,7 +364,7 @@ class ChromaStoreBase(BaseStore):
         Returns the count Chroma reports where it reports one, else how many ids were given.
         """
         deleted = 0
-        for chunk in _chunks(ids, PAGE_SIZE):
+        for chunk in chunks(ids, PAGE_SIZE):
             with self._undone_on_failure(list(chunk)):
                 result = self._call(
                     "deleting records",
@@ -479,8 +453,7 @@ class ChromaStoreBase(BaseStore):
         return expresses(comparison)
 
     def _list(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
-        node, limit = query.filter, query.limit
-        compiled = compile_filter(node)
+        compiled = compile_filter(query.filter)
         if compiled.nothing:
             return []
         bounds: list[Where] = []
@@ -489,64 +462,7 @@ class ChromaStoreBase(BaseStore):
         if query.before is not None:
             bounds.append({CREATED_AT_KEY: {"$lt": epoch_micros(query.before)}})
         where = self._where(scope, compiled, *bounds)
-        descending = query.order == "desc"
-        if limit is None:
-            records = [r for r in self._candidates(where) if compiled.admits(node, r)]
-            return sorted(records, key=order_key, reverse=descending)
-        newest_or_oldest = self._newest_or_oldest(where, limit, descending) if compiled.exact else None
-        if newest_or_oldest is not None:
-            return sorted(newest_or_oldest, key=order_key, reverse=descending)[:limit]
-        # Order by the small metadata first, then read only the documents needed.
-        found = self._call("listing records", lambda c: c.get(where=where, include=["metadatas"]))
-        # (time, record id) as order_key orders records; the entry id only settles two scopes' namesakes.
-        keys = sorted(
-            (
-                (meta[CREATED_AT_KEY], str(meta[RECORD_ID_KEY]), i)
-                for i, meta in zip(found["ids"], found["metadatas"] or [], strict=True)
-            ),
-            reverse=descending,
-        )
-        ordered = [entry for _, _, entry in keys]
-        chunk_size = limit if compiled.exact else max(limit * 2, MIN_OVERFETCH)
-        result: list[MemoryRecord] = []
-        for chunk in _chunks(ordered, chunk_size):
-            # Scoped again: a record deleted (and its id reused elsewhere) since is skipped.
-            by_id = {entry_id(r): r for r in self._candidates(where, chunk)}
-            result += [by_id[i] for i in chunk if i in by_id and compiled.admits(node, by_id[i])]
-            if len(result) >= limit:
-                break
-        return result[:limit]
-
-    def _newest_or_oldest(
-        self, where: Where | None, limit: int, descending: bool
-    ) -> list[MemoryRecord] | None:
-        """Records ``where`` selects, among them its ``limit`` newest (``descending``) or oldest;
-        ``None`` if records were deleted meanwhile.
-
-        Chroma cannot order by a field, and sorting means reading the metadata of the whole scope
-        (an agent's whole history, for its recent window). Its ids come in insertion order, and
-        reading them alone is cheap: the last (or first) ``LISTING_SAMPLE * limit`` inserted give a
-        time bound that at least that many records reach, and every record beyond the bound is read,
-        so the answer does not depend on that order: records inserted far out of time order (an
-        import of old records last) make the read larger, up to every match, as when sorting them all.
-        No more than ``LISTING_SAMPLE * limit`` matches are read whole.
-        """
-        ids = self._call("listing ids", lambda c: c.get(where=where, include=[]))["ids"]
-        size = LISTING_SAMPLE * limit
-        if len(ids) <= size:
-            return self._candidates(where)
-        sample = ids[-size:] if descending else ids[:size]
-        # Read without ``where`` (by id, cheap): only their times are used, as the bound.
-        sampled = self._call("sampling times", lambda c: c.get(ids=sample, include=["metadatas"]))
-        times = [int(meta[CREATED_AT_KEY]) for meta in sampled["metadatas"] or []]  # type: ignore[arg-type]
-        if not times:
-            return None  # all deleted meanwhile
-        bound: Where = (
-            {CREATED_AT_KEY: {"$gte": min(times)}} if descending else {CREATED_AT_KEY: {"$lte": max(times)}}
-        )
-        bounded = all_of([where, bound] if where is not None else [bound])
-        records = self._candidates(bounded)
-        return records if len(records) >= limit else None
+        return reads.ordered(self, where, query.filter, compiled, query.order == "desc", query.limit)
 
     def _search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
         query, text, node, limit = request.vector, request.text, request.filter, request.limit
@@ -566,33 +482,7 @@ class ChromaStoreBase(BaseStore):
         if not self._indexes_vectors_of(query.shape[1]):
             return []
         where = self._where(scope, compiled, {VECTOR_KEY: True})
-        fetch = limit if compiled.exact and text is None else max(limit * 4, MIN_OVERFETCH)
-        while True:
-            found = self._call(
-                "searching",
-                lambda c, n=fetch: c.query(  # type: ignore[misc]
-                    query_embeddings=query, n_results=n, where=where, include=["documents", "distances"]
-                ),
-            )
-            ids, documents = found["ids"][0], (found["documents"] or [[]])[0]
-            distances = (found["distances"] or [[]])[0]
-            hits: list[ScoredRecord] = []
-            for record_id, document, distance in zip(ids, documents, distances, strict=True):
-                if document is None:
-                    continue  # deleted by another thread between Chroma's index lookup and its read
-                record = decode(record_id, document)
-                if wanted(record):
-                    hits.append(ScoredRecord.of(record, clamp_score(1.0 - distance)))
-                    if len(hits) == limit:
-                        return hits
-            if len(ids) < fetch:
-                # Fewer than asked: either every candidate was seen, or HNSW gave up
-                # early under a selective filter; then rank the candidates exactly.
-                total = self._call(
-                    "counting candidates", lambda c: len(c.get(where=where, include=[])["ids"])
-                )
-                return hits if total <= len(ids) else self._exact_search(where, query, wanted, limit)
-            fetch *= 4
+        return reads.vector_search(self, where, query, wanted, limit, compiled.exact and text is None)
 
     def _indexes_vectors_of(self, dimension: int) -> bool:
         """Whether the index may hold vectors of ``dimension``.
@@ -606,69 +496,21 @@ class ChromaStoreBase(BaseStore):
             return True
         return int_value(self._fresh_meta(), META_INDEX_DIMENSION) in (None, dimension)
 
-    def _exact_search(
-        self, where: Where | None, query: Matrix, wanted: Callable[[MemoryRecord], bool], limit: int
-    ) -> list[ScoredRecord]:
-        """Rank every candidate by cosine similarity with numpy (vectors are stored unit-length)."""
-        found = self._call(
-            "searching exactly", lambda c: c.get(where=where, include=["embeddings", "documents"])
-        )
-        if not found["ids"]:
-            return []
-        vectors = np.asarray(found["embeddings"], dtype=np.float32)
-        scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
-        hits: list[ScoredRecord] = []
-        documents = found["documents"] or []
-        for row in np.argsort(-scores, kind="stable"):
-            record = decode(found["ids"][row], documents[row])
-            if wanted(record):
-                hits.append(ScoredRecord.of(record, float(scores[row])))
-                if len(hits) == limit:
-                    break
-        return hits
-
     # -- rebuilding, erasure and closing ---------------------------------------
 
     def _rebuild(self, meta: Meta, placeholder_dimension: int | None = None) -> None:
         """Copy every live entry into a fresh collection and swap it in (hold the write lock).
 
-        Chroma never removes a deleted vector from its HNSW files; a copy holds
-        only the live ones. With ``placeholder_dimension``, the stand-in vectors
-        (all there is before the first real vector) are rewritten in that size.
-        The copy is made while other threads keep reading; the swap (drop the
-        old collection, rename the copy) holds exclusive access, and then every
-        store on this client fetches its handle anew.
+        The copy (:func:`~memcore_chroma.rebuild.copy_live_entries`) is made while other threads
+        keep reading; the swap (drop the old collection, rename the copy) holds exclusive access,
+        and then every store on this client fetches its handle anew.
         """
-        chroma, copy_name = self._connection, self._name + REBUILD_SUFFIX
+        chroma = self._connection
         with chroma.reading():
-            client, old = chroma.client, self._handle()
-            if find(client, copy_name) is not None:
-                client.delete_collection(copy_name)
-            # The copy keeps the collection's ef_search, the one HNSW setting memcore lets users change.
-            settings = configuration(ef_search_of(old))
-            copy = client.create_collection(
-                copy_name, configuration=settings, metadata=meta, embedding_function=None
+            client = chroma.client
+            copy = rebuild.copy_live_entries(
+                client, self._handle(), self._name + REBUILD_SUFFIX, meta, placeholder_dimension
             )
-            offset = 0
-            while True:
-                page = old.get(
-                    include=["embeddings", "documents", "metadatas"], limit=PAGE_SIZE, offset=offset
-                )
-                if not page["ids"]:
-                    break
-                count = len(page["ids"])
-                embeddings = (
-                    np.asarray(page["embeddings"], dtype=np.float32)
-                    if placeholder_dimension is None
-                    else placeholder_vectors(count, placeholder_dimension)
-                )
-                copy.upsert(
-                    ids=page["ids"],
-                    embeddings=embeddings,
-                    documents=page["documents"],
-                    metadatas=page["metadatas"],
-                )
-                offset += count
         with chroma.exclusive():
             chroma.handles_changed()
             client.delete_collection(self._name)
@@ -708,7 +550,7 @@ class ChromaStoreBase(BaseStore):
             path = self._connection.persist_path
             if path is not None:
                 with self._connection.exclusive():
-                    self._connection.restart(lambda: _compact_and_reindex(path))
+                    self._connection.restart(lambda: rebuild.compact_and_reindex(path))
                     self._rebuild_vector_indexes()
                     self._connection.restart(lambda: erasure.scrub_vector_indexes(path))
                 connection.make_private(path)
@@ -722,210 +564,3 @@ class ChromaStoreBase(BaseStore):
 
     def _close(self) -> None:
         self._connection.release()
-
-
-_inherited: list[Connection] = []
-"""Server connections a forked child inherited: never used, closed or collected there."""
-
-
-def _connect(address: urls.ServerAddress) -> Connection:
-    return connection.http(address.host, address.port, address.ssl, address.tenant, address.database)
-
-
-def _compact_and_reindex(path: Path) -> None:
-    """Compact the folder, then drop its vector index files for Chroma to rebuild from the log.
-
-    chromadb writes its index files from buffers that can hold bytes of deleted records (a deleted
-    record's content and id inside ``data_level0.bin`` after a purge); rebuilt from the purged log,
-    they cannot.
-    """
-    erasure.compact_persist_directory(path)
-    if (path / recovery.LOG_COMPLETE).exists():
-        recovery.reset_vector_indexes(path)
-
-
-class ChromaStore(ChromaStoreBase):
-    """An embedded, durable Chroma store in a folder (``chroma:///path``).
-
-    One process at a time: a second process gets
-    :class:`~memcore.errors.StoreLockedError`. Stores of one process on one
-    folder (other collections, or the same one) share a single client.
-
-    :param path: the persist directory; created if missing.
-    :param collection: the collection name (default ``memcore``).
-    :param dimension: fix the vector dimension up front.
-    :param ef_search: set the collection's HNSW ``ef_search`` (kept with the collection).
-    """
-
-    name: ClassVar[str] = "chroma"
-    schemes: ClassVar[tuple[str, ...]] = ("chroma",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True)
-
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        collection: str = DEFAULT_COLLECTION,
-        dimension: int | None = None,
-        ef_search: int | None = None,
-    ) -> None:
-        check_collection_name(collection)
-        check_dimension(dimension)
-        check_ef_search(ef_search)
-        super().__init__(connection.persistent(Path(path)), collection, dimension, ef_search)
-
-    url_params: ClassVar[frozenset[str]] = urls.EMBEDDED_PARAMS
-
-    @classmethod
-    def open_url(cls, url: StoreURL) -> Self:
-        """Open ``chroma:///abs/path`` or ``chroma://rel/path`` (``?collection=``, ``?dimension=``,
-        ``?ef_search=``)."""
-        return cls(
-            url.location(),
-            collection=url.text_param(COLLECTION, DEFAULT_COLLECTION),
-            dimension=urls.dimension_param(url),
-            ef_search=urls.ef_search_param(url),
-        )
-
-
-class ChromaMemoryStore(ChromaStoreBase):
-    """An in-memory Chroma store (``chroma+memory://``), lost when closed.
-
-    chromadb shares one in-memory system per process, so each store gets a
-    collection of its own (a random name), dropped by :meth:`close`.
-
-    :param dimension: fix the vector dimension up front.
-    """
-
-    name: ClassVar[str] = "chroma-memory"
-    schemes: ClassVar[tuple[str, ...]] = ("chroma+memory",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, ann=True)
-
-    def __init__(self, *, dimension: int | None = None) -> None:
-        check_dimension(dimension)
-        super().__init__(connection.ephemeral(), f"memcore-{uuid4().hex}", dimension)
-
-    @classmethod
-    def open_url(cls, url: StoreURL) -> Self:
-        """Open ``chroma+memory://`` (nothing may follow the scheme)."""
-        url.require_empty_location()
-        return cls()
-
-    def _close(self) -> None:
-        try:
-            with translated("dropping the in-memory collection"), self._connection.reading():
-                self._connection.client.delete_collection(self._name)
-        finally:
-            super()._close()
-
-
-class ChromaHttpStore(ChromaStoreBase):
-    """A store in a Chroma server (``chroma+http://host:port``, ``chroma+https://``).
-
-    A server that is down or restarting raises
-    :class:`~memcore.errors.StoreUnavailableError`; the next call after it is
-    back succeeds.
-
-    :param address: the server, tenant and database.
-    :param collection: the collection name (default ``memcore``).
-    :param dimension: fix the vector dimension up front.
-    :param ef_search: set the collection's HNSW ``ef_search`` (kept with the collection; a running
-        server applies a change to an existing collection when it next loads its index).
-    :param exclusive: promise that this store is the collection's only client (no other
-        process, host or client uses it): then ``purge()`` and the first vector after stand-ins
-        of another size rebuild the collection, as :meth:`rebuild_exclusively` does, instead of
-        raising :class:`~memcore_chroma.ExclusiveMaintenanceError`.
-    """
-
-    name: ClassVar[str] = "chroma-http"
-    schemes: ClassVar[tuple[str, ...]] = ("chroma+http", "chroma+https")
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
-
-    def __init__(
-        self,
-        address: urls.ServerAddress,
-        *,
-        collection: str = DEFAULT_COLLECTION,
-        dimension: int | None = None,
-        ef_search: int | None = None,
-        exclusive: bool = False,
-    ) -> None:
-        check_collection_name(collection)
-        check_dimension(dimension)
-        check_ef_search(ef_search)
-        if not isinstance(exclusive, bool):
-            raise InvalidInputError(f"exclusive must be a bool, got {exclusive!r}")
-        self._address = address
-        self.rebuilds_safely = exclusive
-        super().__init__(_connect(address), collection, dimension, ef_search)
-
-    url_params: ClassVar[frozenset[str]] = urls.SERVER_PARAMS
-
-    @classmethod
-    def open_url(cls, url: StoreURL) -> Self:
-        """Open ``chroma+http(s)://host:port``.
-
-        Parameters: ``?collection=``, ``?dimension=``, ``?ef_search=``, ``?tenant=``, ``?database=``,
-        ``?exclusive=``.
-        """
-        address, _ = urls.server_address(url)
-        return cls(
-            address,
-            collection=url.text_param(COLLECTION, DEFAULT_COLLECTION),
-            dimension=urls.dimension_param(url),
-            ef_search=urls.ef_search_param(url),
-            exclusive=url.flag("exclusive"),
-        )
-
-    def _reconnect_in_child(self) -> None:
-        """In a forked child: a new client of the child's own, with fresh locks.
-
-        The inherited client's HTTP connections are the parent's sockets: a request on them could
-        read the parent's reply (another scope's records). It is dropped without being closed
-        (closing would shut the parent's connections) and kept from the garbage collector.
-        Each chromadb ``HttpClient`` has a system, and so an HTTP connection pool, of its own
-        (chromadb keys HTTP systems by a random id, never by settings), so nothing is shared.
-        """
-        _inherited.append(self._connection)
-        self._connection = _connect(self._address)
-        self._generation = -1  # fetch the collection handle anew, through the new client
-
-    def purge(self) -> None:
-        """Refused: on a server, a rebuild would lose other clients' concurrent writes.
-
-        Run :meth:`rebuild_exclusively` during maintenance instead, and the
-        server's ``chroma vacuum`` to compact its SQLite file.
-
-        With ``exclusive=True`` (``?exclusive=true``: this store is the collection's only
-        client), it is :meth:`rebuild_exclusively`.
-
-        :raises ExclusiveMaintenanceError: unless the store was opened exclusive.
-        """
-        self._check_open()
-        if self.rebuilds_safely:
-            self.rebuild_exclusively()
-            return
-        raise ExclusiveMaintenanceError(
-            f"purge() rebuilds the Chroma collection {self._name!r}, which on a server loses what other "
-            "clients write meanwhile; during maintenance (no other client using the collection) call "
-            "ChromaHttpStore.rebuild_exclusively() instead, then `chroma vacuum` on the server"
-        )
-
-    def rebuild_exclusively(self, dimension: int | None = None) -> None:
-        """Rebuild the collection without its deleted records: the server form of :meth:`purge`.
-
-        Only while no other client (process, host, or store object on another
-        client) uses the collection: what they write during the rebuild is
-        lost, and their handles move to the new collection on their next call.
-
-        :param dimension: the vector dimension to resize the stand-in vectors of
-            records without one to (needed when they were written before the
-            dimension was known and vectors of another size are to come);
-            defaults to the store's dimension, if known.
-        :raises DimensionMismatchError: if the store holds vectors of another dimension.
-        """
-        self._check_open()
-        check_dimension(dimension)
-        with self._connection.write_lock:
-            self._check_open()
-            self._rebuild_collection(dimension)

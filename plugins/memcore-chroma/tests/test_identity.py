@@ -13,7 +13,8 @@ from memcore_chroma import opening as opening_module
 from memcore_chroma import store as store_module
 from memcore_chroma.encoding import RECORD_ID_KEY, entry_id
 from memcore_chroma.opening import FORMAT, FORMAT_1, META_FORMAT
-from memcore_chroma.store import PAGE_SIZE, ChromaStoreBase
+from memcore_chroma.rebuild import PAGE_SIZE
+from memcore_chroma.store import ChromaStoreBase
 
 from memcore.errors import AmbiguousIdError
 from memcore.records import MemoryRecord, Message

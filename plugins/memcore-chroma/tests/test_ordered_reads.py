@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memcore_chroma.store import LISTING_SAMPLE, ChromaStore
+from memcore_chroma import ChromaStore
+from memcore_chroma.reads import LISTING_SAMPLE
 
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
