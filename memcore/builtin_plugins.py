@@ -18,10 +18,10 @@ from memcore.store import BaseStore
 @hookimpl
 def memcore_register_stores(register: Callable[[type[BaseStore]], None]) -> None:
     """Register ``memory://`` and ``jsonl://``."""
+    from memcore.stores.in_memory import InMemoryStore
     from memcore.stores.jsonl import JsonlStore
-    from memcore.stores.memory import MemoryStore
 
-    register(MemoryStore)
+    register(InMemoryStore)
     register(JsonlStore)
 
 

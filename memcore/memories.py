@@ -314,21 +314,21 @@ class VectorMemory(AgentMemory):
         super().__init__(store, scope, **options)
         self.embedder = cached(embedder)
         store.bind_vector_space(VectorSpace(self.embedder.name, self.embedder.dim))
-        self.recall = VectorBlock(
+        self.recall_block = VectorBlock(
             store,
             self.embedder,
             self.policy.recall_scope(scope),
             self.policy.limit,
-            mode=self.policy.recall,
+            mode=self.policy.recall_mode,
             hybrid=self.policy.hybrid,
         )
 
     @property
     def recall_scope(self) -> Scope:
-        return self.recall.scope
+        return self.recall_block.scope
 
     def _store_records(self, records: Sequence[MemoryRecord]) -> None:
-        self.recall.write_records(records)
+        self.recall_block.write_records(records)
 
     def _latest_user_message(self, window: Sequence[ContextRecord] = ()) -> str | None:
         for item in reversed(window):
@@ -344,7 +344,7 @@ class VectorMemory(AgentMemory):
         """Up to ``policy.limit`` hits for ``query`` whose keys are not in ``exclude``, best first."""
         if query is None or not query.strip():
             return []
-        hits = self.recall.retrieve(query, filter=RECALL_FILTER, limit=self.policy.limit + len(exclude))
+        hits = self.recall_block.retrieve(query, filter=RECALL_FILTER, limit=self.policy.limit + len(exclude))
         kept = [h for h in hits if h.record.key not in exclude and not h.record.message.tool_calls]
         return kept[: self.policy.limit]
 

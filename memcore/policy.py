@@ -37,11 +37,11 @@ class MemoryPolicy(MemcoreModel):
     :param limit: how many records recall returns (default 5).
     :param max_chars: recalled content longer than this is cut in the context,
         never in the store (default 2,000).
-    :param scope: how far recall reaches from the memory's own scope: the
+    :param reach: how far recall reaches from the memory's own scope: the
         ``session`` alone, every session of the ``agent`` (default), everything of
         the ``user``, or the whole ``tenant``. Fields the memory's scope leaves
         unset stay unset.
-    :param recall: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"``
+    :param recall_mode: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"``
         (BM25), ``"hybrid"`` (both, fused, smoothed along sessions; see :mod:`memcore.recall`
         and the LoCoMo figures in the README), or ``"auto"`` (default): the store's
         ``capabilities.default_recall`` (hybrid in the built-in stores, dense in the others).
@@ -54,8 +54,8 @@ class MemoryPolicy(MemcoreModel):
     inject_when_empty: bool = False
     limit: int = pydantic.Field(default=5, ge=1, le=1_000)
     max_chars: int = pydantic.Field(default=2_000, ge=1)
-    scope: RecallReach = "agent"
-    recall: RecallMode = "auto"
+    reach: RecallReach = "agent"
+    recall_mode: RecallMode = "auto"
     hybrid: HybridRecall = pydantic.Field(default_factory=HybridRecall)
 
     def recall_scope(self, scope: Scope) -> Scope:
@@ -68,7 +68,7 @@ class MemoryPolicy(MemcoreModel):
         widens to every user of the tenant. Where recall does not widen (and always for the
         ``session`` reach) it reads the memory's scope exactly, never the agents or sessions below.
         """
-        kept_fields = _KEPT_FIELDS[self.scope]
-        if self.scope == "session" or getattr(scope, kept_fields[-1]) is None:
+        kept_fields = _KEPT_FIELDS[self.reach]
+        if self.reach == "session" or getattr(scope, kept_fields[-1]) is None:
             return scope.exact()
         return Scope(**{name: value for name, value in scope.items() if name in kept_fields})

@@ -71,7 +71,7 @@ class Capabilities:
     :param keyword_index: ``search(keywords=...)`` reads an index instead of scanning every
         record of the scope, so it stays fast as the scope grows (with a filter beyond role and
         kind, the built-in stores still scan). Descriptive, for callers choosing a store.
-    :param default_recall: what a memory's ``recall="auto"`` means over this store:
+    :param default_recall: what a memory's ``recall_mode="auto"`` means over this store:
         ``"hybrid"`` where keyword search and the small ordered reads of hybrid recall's
         neighbours are cheap enough for every turn (``memcore bench``'s agent loop), else
         ``"dense"``.

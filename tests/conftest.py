@@ -20,12 +20,12 @@ from memcore.embedders.hashing import HashEmbedder
 from memcore.hookspecs import hookimpl
 from memcore.plugin_manager import get_plugin_manager, reset_plugin_manager
 from memcore.store import BaseStore
-from memcore.stores.memory import MemoryStore
+from memcore.stores.in_memory import InMemoryStore
 
 os.environ.setdefault("MEMCORE_LOAD_PLUGINS", "")
 
 
-class StubStore(MemoryStore):
+class StubStore(InMemoryStore):
     """A store for the made-up ``stub://`` and ``stub+extra://`` schemes."""
 
     name: ClassVar[str] = "stub"

@@ -16,7 +16,10 @@ BUILTIN_ROW = {
     "distribution": None,
     "version": None,
     "hooks": ["memcore_register_embedders", "memcore_register_stores"],
-    "stores": {"memory": "memcore.stores.memory.MemoryStore", "jsonl": "memcore.stores.jsonl.JsonlStore"},
+    "stores": {
+        "memory": "memcore.stores.in_memory.InMemoryStore",
+        "jsonl": "memcore.stores.jsonl.JsonlStore",
+    },
     "embedders": {
         "hash": "memcore.embedders.hashing.HashEmbedder",
         "sentence-transformers/all-MiniLM-L6-v2": (

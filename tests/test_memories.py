@@ -21,7 +21,7 @@ from memcore.memories import NO_MEMORIES_NOTE, ChatHistoryMemory, LongtermMemory
 from memcore.policy import MemoryPolicy
 from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall
 from memcore.scope import Scope
-from memcore.stores.memory import MemoryStore
+from memcore.stores.in_memory import InMemoryStore
 
 SCOPE = Scope(tenant="t", user_id="u", agent_id="a", session_id="s1")
 
@@ -39,7 +39,7 @@ class CountingEmbedder(HashEmbedder):
 
 
 def test_history_window_pins_the_first_system_message() -> None:
-    memory = ChatHistoryMemory(MemoryStore(), SCOPE, window=3)
+    memory = ChatHistoryMemory(InMemoryStore(), SCOPE, window=3)
     memory.write([Message(role="system", content="rules"), Message(role="system", content="later system")])
     memory.write([Message(role="user", content=f"turn {i}") for i in range(6)])
     contents = [item.record.message.content for item in memory.retrieve()]
@@ -47,7 +47,7 @@ def test_history_window_pins_the_first_system_message() -> None:
 
 
 def test_history_memory_stores_no_vectors_and_reads_only_its_session() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     memory = ChatHistoryMemory(store, SCOPE)
     memory.write([Message(role="user", content="hello")])
     other = ChatHistoryMemory(store, SCOPE.model_copy(update={"session_id": "s2"}))
@@ -56,7 +56,7 @@ def test_history_memory_stores_no_vectors_and_reads_only_its_session() -> None:
 
 
 def test_one_write_embeds_once_and_stores_once() -> None:
-    store, embedder = MemoryStore(), CountingEmbedder()
+    store, embedder = InMemoryStore(), CountingEmbedder()
     memory = LongtermMemory(store, embedder, SCOPE)
     memory.write([Message(role="user", content="My cat is Mochi"), Message(role="assistant", content="Nice")])
     assert embedder.calls == [["My cat is Mochi", "Nice"]]
@@ -70,14 +70,14 @@ def test_one_write_embeds_once_and_stores_once() -> None:
 
 
 def test_a_store_of_another_embedder_is_refused() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     VectorMemory(store, HashEmbedder(dim=32), SCOPE)
     with pytest.raises(EmbedderMismatchError):
         VectorMemory(store, HashEmbedder(dim=64), SCOPE)
 
 
 def test_records_outside_the_memory_scope_are_refused() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
     stranger = MemoryRecord(
         scope=Scope(tenant="t", user_id="someone-else"), message=Message(role="user", content="x")
@@ -89,16 +89,16 @@ def test_records_outside_the_memory_scope_are_refused() -> None:
 
 def test_a_memory_needs_a_concrete_scope() -> None:
     with pytest.raises(InvalidInputError):
-        ChatHistoryMemory(MemoryStore(), Scope.everything())
+        ChatHistoryMemory(InMemoryStore(), Scope.everything())
 
 
 def test_policy_controls_saving_limits_and_reach() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     quiet = LongtermMemory(store, HashEmbedder(dim=32), SCOPE, policy=MemoryPolicy(auto_save=False))
     assert quiet.observe([Message(role="user", content="not saved")]) == []
     assert store.count(SCOPE) == 0
 
-    policy = MemoryPolicy(limit=2, max_chars=10, scope="session", inject_when_empty=True)
+    policy = MemoryPolicy(limit=2, max_chars=10, reach="session", inject_when_empty=True)
     memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE, window=1, policy=policy)
     assert memory.recall_scope.as_tuple() == SCOPE.as_tuple() and memory.recall_scope.is_exact
     [note, *_] = [i for i in memory.retrieve("anything") if i.source == "recall"] or [None]
@@ -113,15 +113,15 @@ def test_policy_controls_saving_limits_and_reach() -> None:
 
 def test_default_policy_recalls_across_the_agents_sessions() -> None:
     assert MemoryPolicy().recall_scope(SCOPE) == Scope(tenant="t", user_id="u", agent_id="a")
-    assert MemoryPolicy(scope="tenant").recall_scope(SCOPE) == Scope(tenant="t")
-    own = MemoryPolicy(scope="user").recall_scope(Scope(session_id="x"))
+    assert MemoryPolicy(reach="tenant").recall_scope(SCOPE) == Scope(tenant="t")
+    own = MemoryPolicy(reach="user").recall_scope(Scope(session_id="x"))
     assert own.is_exact and own.as_tuple() == Scope(session_id="x").as_tuple()
     with pytest.raises(InvalidInputError):
         MemoryPolicy(limit=0)
 
 
 def test_buffers_commit_in_declaration_order_and_failed_tasks_are_discarded() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
     first, failing, last = memory.buffer(), memory.buffer(), memory.buffer()
     started = threading.Barrier(3)
@@ -152,7 +152,7 @@ def test_buffers_commit_in_declaration_order_and_failed_tasks_are_discarded() ->
 
 
 def test_get_context_keeps_tool_calls_with_their_results() -> None:
-    memory = LongtermMemory(MemoryStore(), HashEmbedder(dim=32), SCOPE, window=3)
+    memory = LongtermMemory(InMemoryStore(), HashEmbedder(dim=32), SCOPE, window=3)
     call = ToolCall(id="c1", function=FunctionCall(name="weather", arguments="{}"))
     memory.write(
         [
@@ -174,7 +174,7 @@ def test_get_context_keeps_tool_calls_with_their_results() -> None:
 
 
 def test_token_limit_errors_are_typed() -> None:
-    memory = ChatHistoryMemory(MemoryStore(), SCOPE)
+    memory = ChatHistoryMemory(InMemoryStore(), SCOPE)
     memory.write([Message(role="system", content="a very long system prompt " * 50)])
     with pytest.raises(ContextBudgetError):
         memory.get_context(20)
@@ -183,7 +183,7 @@ def test_token_limit_errors_are_typed() -> None:
 
 
 def test_a_barrier_refuses_open_buffers_and_can_be_retried_after_a_failure() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
     running = memory.buffer()
     running.write([Message(role="assistant", content="step 1")])
@@ -210,7 +210,7 @@ def test_a_barrier_refuses_open_buffers_and_can_be_retried_after_a_failure() -> 
 
 
 def test_forget_where_stays_in_the_memory_scope_unless_asked() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     earlier = LongtermMemory(store, HashEmbedder(dim=32), SCOPE.model_copy(update={"session_id": "s0"}))
     earlier.write([Message(role="user", content="from the earlier session")])
     memory = LongtermMemory(store, HashEmbedder(dim=32), SCOPE)
@@ -225,7 +225,7 @@ def test_recall_reach_never_widens_past_what_the_scope_names() -> None:
     tenant_and_session = Scope(tenant="t", session_id="s")
     own = MemoryPolicy().recall_scope(tenant_and_session)
     assert own.is_exact and own.as_tuple() == tenant_and_session.as_tuple()
-    store = MemoryStore()
+    store = InMemoryStore()
     bob = LongtermMemory(store, HashEmbedder(dim=32), Scope(tenant="t", user_id="bob", session_id="b"))
     bob.write([Message(role="user", content="bob's bank PIN is 4711")])
     anonymous = LongtermMemory(store, HashEmbedder(dim=32), tenant_and_session)
@@ -233,7 +233,7 @@ def test_recall_reach_never_widens_past_what_the_scope_names() -> None:
 
 
 def test_the_window_does_not_open_on_a_tool_result() -> None:
-    memory = ChatHistoryMemory(MemoryStore(), SCOPE, window=2)
+    memory = ChatHistoryMemory(InMemoryStore(), SCOPE, window=2)
     calls = tuple(ToolCall(id=f"c{i}", function=FunctionCall(name="hotel", arguments="{}")) for i in range(3))
     memory.write(
         [Message(role="user", content="find hotels"), Message(role="assistant", content="", tool_calls=calls)]
@@ -246,7 +246,7 @@ def test_the_window_does_not_open_on_a_tool_result() -> None:
 
 def test_recall_returns_limit_hits_besides_the_window() -> None:
     memory = LongtermMemory(
-        MemoryStore(), HashEmbedder(dim=64), SCOPE, window=3, policy=MemoryPolicy(limit=2)
+        InMemoryStore(), HashEmbedder(dim=64), SCOPE, window=3, policy=MemoryPolicy(limit=2)
     )
     memory.write([Message(role="user", content=f"a note about cats number {i}") for i in range(8)])
     items = memory.retrieve("a note about cats")
@@ -254,7 +254,7 @@ def test_recall_returns_limit_hits_besides_the_window() -> None:
 
 
 def test_a_relevant_recalled_fact_outlives_old_small_talk_under_pressure() -> None:
-    memory = LongtermMemory(MemoryStore(), HashEmbedder(dim=256), SCOPE, window=12)
+    memory = LongtermMemory(InMemoryStore(), HashEmbedder(dim=256), SCOPE, window=12)
     memory.write([Message(role="user", content="I am severely allergic to peanuts.")])
     memory.write([Message(role="user", content=f"small talk {i} about the weather today") for i in range(12)])
     memory.write([Message(role="user", content="Which snacks are safe for my peanut allergy?")])
@@ -267,7 +267,7 @@ def test_a_relevant_recalled_fact_outlives_old_small_talk_under_pressure() -> No
 
 
 def test_tool_results_without_their_call_are_refused() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     memory = ChatHistoryMemory(store, SCOPE)
     with pytest.raises(InvalidRecordError):
         memory.write([Message(role="tool", content="result", tool_call_id="nobody")])
@@ -279,13 +279,13 @@ def test_tool_results_without_their_call_are_refused() -> None:
 
 def test_budget_and_window_are_checked_up_front() -> None:
     with pytest.raises(ContextBudgetError):
-        ChatHistoryMemory(MemoryStore(), SCOPE, token_limit=0)
+        ChatHistoryMemory(InMemoryStore(), SCOPE, token_limit=0)
     with pytest.raises(InvalidInputError):
-        ChatHistoryMemory(MemoryStore(), SCOPE, window=0)
+        ChatHistoryMemory(InMemoryStore(), SCOPE, window=0)
 
 
 def test_a_memory_owns_exactly_its_scope_not_the_agents_and_sessions_below_it() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     carol = Scope(tenant="t", user_id="carol")
     below = carol.model_copy(update={"agent_id": "coder", "session_id": "s1"})
     coder = ChatHistoryMemory(store, below)

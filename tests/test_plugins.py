@@ -39,8 +39,8 @@ from memcore.plugins import (
     url_scheme,
 )
 from memcore.store import BaseStore
+from memcore.stores.in_memory import InMemoryStore
 from memcore.stores.jsonl import JsonlStore
-from memcore.stores.memory import MemoryStore
 
 SPEC_MODULES = (hookspecs, bench_hookspecs)
 SPEC_MODULE_OF = {
@@ -142,7 +142,7 @@ def test_hook_memcore_register_embedders(stub_plugin: Any) -> None:
 
 def test_builtins_register_through_the_hooks() -> None:
     registry = store_classes()
-    assert registry["memory"].store_class is MemoryStore
+    assert registry["memory"].store_class is InMemoryStore
     assert registry["jsonl"].store_class is JsonlStore
     assert {registry["memory"].plugin, registry["jsonl"].plugin} == {BUILTIN_PLUGIN_NAME}
     assert embedder_factories()["hash"].plugin == BUILTIN_PLUGIN_NAME
@@ -150,7 +150,7 @@ def test_builtins_register_through_the_hooks() -> None:
 
 def test_open_store_memory() -> None:
     with open_store("memory://") as store:
-        assert isinstance(store, MemoryStore)
+        assert isinstance(store, InMemoryStore)
         assert memcore.open_store is open_store
 
 
@@ -162,13 +162,13 @@ def test_open_store_jsonl(tmp_path: Path) -> None:
 
 def test_open_store_scheme_is_case_insensitive() -> None:
     with open_store("MEMORY://") as store:
-        assert isinstance(store, MemoryStore)
+        assert isinstance(store, InMemoryStore)
 
 
 def test_open_store_defaults_to_memcore_store(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMCORE_STORE", "memory://")
     with open_store() as store:
-        assert isinstance(store, MemoryStore)
+        assert isinstance(store, InMemoryStore)
 
 
 def test_open_store_defaults_to_jsonl_in_the_user_data_folder(
@@ -278,12 +278,12 @@ class _EmbedderRegistering:
         register(self.name, self.factory)
 
 
-class _OtherMemoryStore(MemoryStore):
+class _OtherMemoryStore(InMemoryStore):
     name: ClassVar[str] = "other-memory"
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
 
-class _TwiceStore(MemoryStore):
+class _TwiceStore(InMemoryStore):
     name: ClassVar[str] = "twice"
     schemes: ClassVar[tuple[str, ...]] = ("twice",)
 
@@ -324,11 +324,11 @@ class _Abstract(BaseStore):
     schemes: ClassVar[tuple[str, ...]] = ("abstract",)
 
 
-class _NoSchemes(MemoryStore):
+class _NoSchemes(InMemoryStore):
     schemes: ClassVar[tuple[str, ...]] = ()
 
 
-class _BadScheme(MemoryStore):
+class _BadScheme(InMemoryStore):
     schemes: ClassVar[tuple[str, ...]] = ("Bad_Scheme",)
 
 
@@ -336,7 +336,7 @@ class _BadScheme(MemoryStore):
     ("registered", "expected"),
     [
         (object, "subclass of memcore.store.BaseStore"),
-        (MemoryStore(), "subclass of memcore.store.BaseStore"),
+        (InMemoryStore(), "subclass of memcore.store.BaseStore"),
         (_Abstract, "abstract methods unimplemented: _add"),
         (_NoSchemes, "non-empty tuple of lowercase URL schemes"),
         (_BadScheme, "non-empty tuple of lowercase URL schemes"),
@@ -640,7 +640,7 @@ def test_plugin_infos_for_builtins_and_registered_plugins(stub_plugin: Any) -> N
     assert (builtin.distribution, builtin.version) == (None, None)
     assert builtin.hooks == tuple(REGISTRATION_HOOKS)
     assert builtin.stores == {
-        "memory": "memcore.stores.memory.MemoryStore",
+        "memory": "memcore.stores.in_memory.InMemoryStore",
         "jsonl": "memcore.stores.jsonl.JsonlStore",
     }
     assert builtin.embedders == {
@@ -666,7 +666,7 @@ def test_package_exports() -> None:
 def test_importing_memcore_is_cheap() -> None:
     script = (
         "import sys, memcore; "
-        "heavy = {'numpy', 'pydantic', 'pluggy', 'memcore.stores.memory'} & set(sys.modules); "
+        "heavy = {'numpy', 'pydantic', 'pluggy', 'memcore.stores.in_memory'} & set(sys.modules); "
         "print(sorted(heavy))"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)

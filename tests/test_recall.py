@@ -18,7 +18,7 @@ from memcore.recall import HybridRecall
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Capabilities
-from memcore.stores.memory import MemoryStore
+from memcore.stores.in_memory import InMemoryStore
 
 
 def test_terms_drop_stop_words_and_possessives_and_stem() -> None:
@@ -59,7 +59,7 @@ def test_bm25_matches_the_formula() -> None:
     assert scores == pytest.approx([expected(1, 2), expected(2, 3), 0.0])
 
 
-def _conversation(store: MemoryStore, user: Scope) -> list[MemoryRecord]:
+def _conversation(store: InMemoryStore, user: Scope) -> list[MemoryRecord]:
     turns = [
         ("s1", "Did you finally book the trip to Norway?"),
         ("s1", "Yes! Oslo in June, flights are paid."),
@@ -72,19 +72,19 @@ def _conversation(store: MemoryStore, user: Scope) -> list[MemoryRecord]:
         for s, t in turns
     ]
     for record in records:  # each session's turns through that session's own memory
-        session = VectorMemory(store, HashEmbedder(dim=64), record.scope, policy=MemoryPolicy(scope="user"))
+        session = VectorMemory(store, HashEmbedder(dim=64), record.scope, policy=MemoryPolicy(reach="user"))
         session.write_records([record])
     return records
 
 
-def _recall(store: MemoryStore, user: Scope, mode: str, query: str) -> list[str]:
-    policy = MemoryPolicy(scope="user", recall=mode, limit=3)  # type: ignore[arg-type]
+def _recall(store: InMemoryStore, user: Scope, mode: str, query: str) -> list[str]:
+    policy = MemoryPolicy(reach="user", recall_mode=mode, limit=3)  # type: ignore[arg-type]
     memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
     return [hit.record.message.content for hit in memory.retrieve(query)]
 
 
 def test_hybrid_brings_in_the_reply_next_to_a_matched_turn() -> None:
-    store, user = MemoryStore(), Scope(tenant="t", user_id="u")
+    store, user = InMemoryStore(), Scope(tenant="t", user_id="u")
     _conversation(store, user)
     question = "Where is the Norway trip going?"
     keyword = _recall(store, user, "keyword", question)
@@ -94,19 +94,19 @@ def test_hybrid_brings_in_the_reply_next_to_a_matched_turn() -> None:
 
 
 def test_hybrid_reads_nothing_outside_the_memory_scope() -> None:
-    store, user = MemoryStore(), Scope(tenant="t", user_id="u")
+    store, user = InMemoryStore(), Scope(tenant="t", user_id="u")
     other = Scope(tenant="t", user_id="someone-else")
     _conversation(store, user)
     _conversation(store, other)
     for mode in ("dense", "keyword", "hybrid"):
-        policy = MemoryPolicy(scope="user", recall=mode, limit=10)  # type: ignore[arg-type]
+        policy = MemoryPolicy(reach="user", recall_mode=mode, limit=10)  # type: ignore[arg-type]
         memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
         assert {hit.record.scope.user_id for hit in memory.retrieve("Norway trip pottery")} == {"u"}
 
 
 @pytest.mark.parametrize(("speaker_weight", "first"), [(0.3, "Mel"), (0.0, "Jon")])
 def test_hybrid_favours_the_speaker_the_query_names(speaker_weight: float, first: str) -> None:
-    store, user = MemoryStore(), Scope(tenant="t", user_id="u")
+    store, user = InMemoryStore(), Scope(tenant="t", user_id="u")
     said = [("s1", "Jon"), ("s2", "Mel"), ("s3", None)]  # the same words, in separate sessions
     records = [
         MemoryRecord(
@@ -116,7 +116,7 @@ def test_hybrid_favours_the_speaker_the_query_names(speaker_weight: float, first
         for session, name in said
     ]
     settings = HybridRecall(speaker_weight=speaker_weight)
-    policy = MemoryPolicy(scope="user", recall="hybrid", limit=3, hybrid=settings)
+    policy = MemoryPolicy(reach="user", recall_mode="hybrid", limit=3, hybrid=settings)
     for record in records:
         VectorMemory(store, HashEmbedder(dim=64), record.scope, policy=policy).write_records([record])
     memory = VectorMemory(store, HashEmbedder(dim=64), user, policy=policy)
@@ -125,34 +125,34 @@ def test_hybrid_favours_the_speaker_the_query_names(speaker_weight: float, first
     assert hits[0].record.message.name == first, "without the weight, ties go to the older record"
 
 
-class _ScanningStore(MemoryStore):
+class _ScanningStore(InMemoryStore):
     capabilities: ClassVar[Capabilities] = Capabilities(durable=False)
 
 
-@pytest.mark.parametrize(("store", "mode"), [(MemoryStore(), "hybrid"), (_ScanningStore(), "dense")])
-def test_auto_recall_is_the_store_default(store: MemoryStore, mode: str) -> None:
+@pytest.mark.parametrize(("store", "mode"), [(InMemoryStore(), "hybrid"), (_ScanningStore(), "dense")])
+def test_auto_recall_is_the_store_default(store: InMemoryStore, mode: str) -> None:
     memory = VectorMemory(store, HashEmbedder(dim=64), Scope(tenant="t", user_id="u"))
-    assert memory.policy.recall == "auto"
-    assert memory.recall.mode == mode
+    assert memory.policy.recall_mode == "auto"
+    assert memory.recall_block.mode == mode
 
 
 def test_hybrid_settings_are_validated() -> None:
     with pytest.raises(InvalidInputError):
         HybridRecall(dense_weight=1.5)
     with pytest.raises(InvalidInputError):
-        MemoryPolicy(recall="fuzzy")  # type: ignore[arg-type]
+        MemoryPolicy(recall_mode="fuzzy")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode", ["dense", "keyword", "hybrid"])
 def test_recall_over_many_users_keeps_two_records_of_one_id_apart(mode: str) -> None:
-    store, tenant = MemoryStore(), Scope(tenant="t")
+    store, tenant = InMemoryStore(), Scope(tenant="t")
     alice = Scope(tenant="t", user_id="alice", session_id="s1")
     bob = Scope(tenant="t", user_id="bob", session_id="s1")
     shared_id = uuid4()
     for scope, content in ((alice, "alice paints sunsets"), (bob, "bob paints harbours")):
         record = MemoryRecord(id=shared_id, scope=scope, message=Message(role="user", content=content))
         VectorMemory(store, HashEmbedder(dim=64), scope).write_records([record])
-    policy = MemoryPolicy(scope="tenant", recall=mode, limit=5)  # type: ignore[arg-type]
+    policy = MemoryPolicy(reach="tenant", recall_mode=mode, limit=5)  # type: ignore[arg-type]
     memory = VectorMemory(store, HashEmbedder(dim=64), tenant, policy=policy)
 
     hits = memory.retrieve("who paints sunsets and harbours")

@@ -14,8 +14,8 @@ from memcore.policy import MemoryPolicy
 from memcore.records import SUMMARY_KIND, FunctionCall, Message, ToolCall
 from memcore.scope import Scope
 from memcore.sessions import ExtractiveSummarizer, LLMSummarizer, MemoryModel, SessionMemory, SessionTurn
+from memcore.stores.in_memory import InMemoryStore
 from memcore.stores.jsonl import JsonlStore
-from memcore.stores.memory import MemoryStore
 
 OWNER = Scope(tenant="t", user_id="u", agent_id="a")
 
@@ -45,7 +45,7 @@ def test_load_commit_round_trip(tmp_path: Path) -> None:
 
 
 def test_commit_removes_turns_dropped_from_the_model() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     sessions = SessionMemory(store, OWNER, summarize_over=None)
     model = sessions.load("s")
     _conversation(model, 2)
@@ -67,18 +67,18 @@ def test_orphan_tool_results_are_refused() -> None:
 
 
 def test_invalid_session_ids_and_scopes() -> None:
-    sessions = SessionMemory(MemoryStore(), OWNER)
+    sessions = SessionMemory(InMemoryStore(), OWNER)
     for bad in ("", "../x", "a/b"):
         with pytest.raises(ScopeError):
             sessions.load(bad)
     with pytest.raises(ScopeError):
-        SessionMemory(MemoryStore(), Scope(tenant="t", session_id="s"))
+        SessionMemory(InMemoryStore(), Scope(tenant="t", session_id="s"))
     with pytest.raises(InvalidInputError):
         sessions.commit("other", MemoryModel(session_id="s"))
 
 
 def test_summarises_older_turns_and_keeps_originals_recallable() -> None:
-    store, embedder = MemoryStore(), HashEmbedder(dim=64)
+    store, embedder = InMemoryStore(), HashEmbedder(dim=64)
     sessions = SessionMemory(store, OWNER, embedder=embedder, summarize_over=200, keep_recent=4)
     model = sessions.load("long")
     _conversation(model, 10)
@@ -97,7 +97,7 @@ def test_summarises_older_turns_and_keeps_originals_recallable() -> None:
 
 
 def test_summaries_accumulate() -> None:
-    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=100, keep_recent=2)
+    sessions = SessionMemory(InMemoryStore(), OWNER, summarize_over=100, keep_recent=2)
     model = sessions.load("s")
     _conversation(model, 4)
     model = sessions.commit("s", model)
@@ -113,7 +113,7 @@ def test_summaries_accumulate() -> None:
 
 
 def test_summarising_never_splits_a_tool_call_from_its_result() -> None:
-    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=10, keep_recent=1)
+    sessions = SessionMemory(InMemoryStore(), OWNER, summarize_over=10, keep_recent=1)
     model = sessions.load("s")
     model.append(Message(role="user", content="what's the weather in Oslo today, please?"))
     call = ToolCall(id="c1", function=FunctionCall(name="weather", arguments='{"city": "Oslo"}'))
@@ -124,7 +124,7 @@ def test_summarising_never_splits_a_tool_call_from_its_result() -> None:
 
 
 def test_the_system_prompt_survives_summarisation() -> None:
-    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=60, keep_recent=2)
+    sessions = SessionMemory(InMemoryStore(), OWNER, summarize_over=60, keep_recent=2)
     model = sessions.load("s")
     model.append(Message(role="system", content="You are terse."))
     _conversation(model, 4)
@@ -137,7 +137,7 @@ def test_the_system_prompt_survives_summarisation() -> None:
 
 
 def test_a_concurrent_commit_is_refused_not_lost() -> None:
-    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=None)
+    sessions = SessionMemory(InMemoryStore(), OWNER, summarize_over=None)
     base = sessions.load("s")
     base.append(Message(role="user", content="hello"))
     base = sessions.commit("s", base)
@@ -153,7 +153,7 @@ def test_a_concurrent_commit_is_refused_not_lost() -> None:
 
 
 def test_turns_must_stay_in_time_order() -> None:
-    sessions = SessionMemory(MemoryStore(), OWNER, summarize_over=None)
+    sessions = SessionMemory(InMemoryStore(), OWNER, summarize_over=None)
     model = sessions.load("s")
     first = model.append(Message(role="user", content="first"))
     model.turns.insert(0, SessionTurn(message=Message(role="system", content="inserted later")))
@@ -163,7 +163,7 @@ def test_turns_must_stay_in_time_order() -> None:
 
 
 def test_forgetting_a_tool_call_leaves_the_session_loadable() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     sessions = SessionMemory(store, OWNER, summarize_over=None)
     model = sessions.load("s")
     call = ToolCall(id="c1", function=FunctionCall(name="lookup", arguments="{}"))
@@ -201,7 +201,7 @@ def test_policy_default_reach_matches_sessions_owner() -> None:
 
 
 def test_a_users_session_is_not_the_same_named_session_of_the_users_agent() -> None:
-    store = MemoryStore()
+    store = InMemoryStore()
     user_sessions = SessionMemory(store, Scope(tenant="t", user_id="dave"), summarize_over=None)
     agent_sessions = SessionMemory(
         store, Scope(tenant="t", user_id="dave", agent_id="coder"), summarize_over=None

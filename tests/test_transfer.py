@@ -32,7 +32,7 @@ from memcore.errors import (
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Store, VectorSpace
-from memcore.stores.memory import MemoryStore
+from memcore.stores.in_memory import InMemoryStore
 from memcore.testing.helpers import BASE_TIME, make_record, random_vectors
 from memcore.transfer import (
     add_entries,
@@ -235,7 +235,7 @@ def test_timestamps_survive_the_move() -> None:
         assert len(written) == destination.count(Scope.everything())
 
 
-class _StoreWithoutVectorsHook(MemoryStore):
+class _StoreWithoutVectorsHook(InMemoryStore):
     """A plugin written before ``Store.vectors`` existed."""
 
     _vectors = BaseStore._vectors

@@ -8,8 +8,8 @@ import pytest
 
 from memcore.errors import InvalidInputError
 from memcore.plugins import open_store
+from memcore.stores.in_memory import InMemoryStore
 from memcore.stores.jsonl import JsonlStore
-from memcore.stores.memory import MemoryStore
 from memcore.urls import StoreURL
 
 
@@ -23,7 +23,7 @@ def test_a_jsonl_url_with_a_parameter_opens_the_folder_before_the_query(tmp_path
 
 def test_memory_takes_a_dimension() -> None:
     with open_store("memory://?dimension=3") as store:
-        assert isinstance(store, MemoryStore)
+        assert isinstance(store, InMemoryStore)
         assert store.dimension == 3
 
 
@@ -51,7 +51,7 @@ def test_malformed_urls_raise_invalid_input_and_create_nothing(url: str, tmp_pat
 
 def test_a_store_class_refuses_another_scheme() -> None:
     with pytest.raises(InvalidInputError, match="memory://"):
-        MemoryStore.from_url("jsonl:///tmp/x")
+        InMemoryStore.from_url("jsonl:///tmp/x")
 
 
 def test_server_parts_and_typed_parameters() -> None:

@@ -131,11 +131,11 @@ def run_agent_loop(
     questions: int,
     progress: Progress,
     seed: int = 0,
-    recall: RecallMode = "auto",
+    recall_mode: RecallMode = "auto",
 ) -> dict[str, Any]:
     """Write ``turns`` turns (two agents, in pairs) then ask ``questions``; memcore against the reference.
 
-    :param recall: the memories' :attr:`MemoryPolicy.recall` (``auto``: the store's default).
+    :param recall_mode: the memories' :attr:`MemoryPolicy.recall_mode` (``auto``: the store's default).
     """
     pairs = turns // 4
     chats = [conversation(agent, pairs, seed) for agent in (0, 1)]
@@ -145,7 +145,7 @@ def run_agent_loop(
                 store,
                 embedder,
                 Scope(tenant="bench", user_id="u", agent_id=f"agent-{a}", session_id="s"),
-                policy=MemoryPolicy(recall=recall),
+                policy=MemoryPolicy(recall_mode=recall_mode),
             )
             for a in (0, 1)
         ]
@@ -171,7 +171,7 @@ def run_agent_loop(
     written = pairs * 4
     return {
         "store": url,
-        "recall": resolved_mode(recall, store),
+        "recall": resolved_mode(recall_mode, store),
         "turns": written,
         "turns_per_s": round(written / seconds["memcore"], 1),
         "reference_turns_per_s": round(written / seconds["reference"], 1),

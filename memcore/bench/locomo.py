@@ -27,7 +27,7 @@ from memcore.policy import MemoryPolicy
 from memcore.recall import RecallMode
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
-from memcore.stores.memory import MemoryStore
+from memcore.stores.in_memory import InMemoryStore
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 KS = (1, 5, 10)
@@ -105,18 +105,18 @@ def run_locomo(path: Path, embedder: Embedder, progress: Progress) -> dict[str, 
     }
     latencies: dict[str, list[float]] = {mode: [] for mode in MODES}
     for done, sample in enumerate(samples, 1):
-        store = MemoryStore()
+        store = InMemoryStore()
         user = Scope(tenant="locomo", user_id=str(sample["sample_id"]))
         memories = {
             mode: VectorMemory(
-                store, shared, user, policy=MemoryPolicy(limit=max(KS), scope="user", recall=mode)
+                store, shared, user, policy=MemoryPolicy(limit=max(KS), reach="user", recall_mode=mode)
             )
             for mode in MODES
         }
         records = _records(sample)
         # Each session's turns lie below the user's memory: written through its recall block, whose
         # scope (the whole user, with this policy) they lie in.
-        memories["dense"].recall.write_records(records)
+        memories["dense"].recall_block.write_records(records)
         known = {str(record.metadata["dia_id"]) for record in records}
         for qa in sample["qa"]:
             evidence = evidence_ids(qa.get("evidence", []), known, counts)

@@ -173,7 +173,7 @@ def _run_workloads(args: argparse.Namespace, results: dict[str, Any], bars: Prog
         embedder = open_embedder(args.embedder)
         questions = 20 if args.quick else 200
         results["agent_loop"] = [
-            run_agent_loop(url, embedder, turns, questions, bars.labelled(url), recall=args.recall)
+            run_agent_loop(url, embedder, turns, questions, bars.labelled(url), recall_mode=args.recall)
             for url in stores
         ]
 

@@ -14,10 +14,10 @@ A backend opts out of a test only where it lacks a capability, and the skip
 names that capability. Install with ``pip install memcore[testing]``.
 """
 
+from memcore.testing.agent_memory_tests import AgentMemoryConformance
 from memcore.testing.filter_tests import DifferentialFilterTests, FilterTests
 from memcore.testing.helpers import StoreFactory, StoreFixtures
 from memcore.testing.keyword_tests import KeywordSearchTests
-from memcore.testing.memory_tests import MemoryConformance
 from memcore.testing.safety_tests import BadInputTests, ClosedStoreTests, ScopeIsolationTests
 from memcore.testing.store_tests import (
     AddTests,
@@ -48,13 +48,14 @@ class StoreConformance(
     PersistenceTests,
     ConcurrencyTests,
     VectorSpaceTests,
-    MemoryConformance,
+    AgentMemoryConformance,
 ):
     """Every conformance test. Subclass it and override the ``store_factory`` fixture."""
 
 
 __all__ = [
     "AddTests",
+    "AgentMemoryConformance",
     "BadInputTests",
     "ClosedStoreTests",
     "ConcurrencyTests",
@@ -65,7 +66,6 @@ __all__ = [
     "GetTests",
     "KeywordSearchTests",
     "ListTests",
-    "MemoryConformance",
     "PersistenceTests",
     "ScopeIsolationTests",
     "SearchTests",

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from memcore.filters import Comparison
+from memcore.stores.in_memory import InMemoryStore
 from memcore.stores.jsonl import JsonlStore
-from memcore.stores.memory import MemoryStore
 from memcore.testing import StoreConformance, StoreFactory
 
 
 class TestMemoryStore(StoreConformance):
     @pytest.fixture
     def store_factory(self) -> StoreFactory:
-        return MemoryStore
+        return InMemoryStore
 
 
 class TestJsonlStore(StoreConformance):
@@ -24,7 +24,7 @@ class TestJsonlStore(StoreConformance):
         return lambda: JsonlStore(tmp_path / "store")
 
 
-class MemoryStoreDecliningMetadata(MemoryStore):
+class MemoryStoreDecliningMetadata(InMemoryStore):
     """A store whose engine evaluates no metadata comparison and no time bound: what it declines
     reaches :class:`~memcore.store.BaseStore`'s exact fallback, on every read and delete path."""
 

@@ -12,8 +12,8 @@ from memcore.queries import KeywordQuery
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import BaseStore
+from memcore.stores.in_memory import InMemoryStore
 from memcore.stores.jsonl import JsonlStore
-from memcore.stores.memory import MemoryStore
 
 WORDS = ["oslo", "trip", "painting", "pottery", "bowls", "norway", "summer", "june", "flights", "monday"]
 QUERIES = ["oslo trip", "painting pictures in june", "pottery", "summer flights to norway", "the and of"]
@@ -74,7 +74,7 @@ def _churn(store: BaseStore, rng: random.Random) -> None:
 
 def test_memory_store_keyword_index_follows_writes_replacements_and_deletes() -> None:
     rng = random.Random(7)
-    store = MemoryStore()
+    store = InMemoryStore()
     _churn(store, rng)
     _assert_same_as_the_scan(store)
 
@@ -91,6 +91,6 @@ def test_jsonl_keyword_index_is_rebuilt_after_reopening(tmp_path: Path) -> None:
 
 
 def test_builtin_stores_declare_their_keyword_index_and_hybrid_recall() -> None:
-    for store in (MemoryStore, JsonlStore):
+    for store in (InMemoryStore, JsonlStore):
         assert store.capabilities.keyword_index
         assert store.capabilities.default_recall == "hybrid"

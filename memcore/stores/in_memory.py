@@ -16,7 +16,7 @@ from memcore.urls import DIMENSION, StoreURL
 from memcore.validation import Matrix, check_dimension
 
 
-class MemoryStore(BaseStore):
+class InMemoryStore(BaseStore):
     """Records held in this process's memory, searched exactly with numpy.
 
     Everything is lost when the process ends. Safe to share between threads.

@@ -40,7 +40,7 @@ def _chat(memory: LongtermMemory, system: str | None = "You are a helpful assist
         memory.write([Message(role="user", content=fact), Message(role="assistant", content="Noted.")])
 
 
-class MemoryConformance(StoreFixtures):
+class AgentMemoryConformance(StoreFixtures):
     """LongtermMemory over the store under test."""
 
     def test_composition_is_system_then_recall_then_window(self, store: Store) -> None:
@@ -113,7 +113,9 @@ class MemoryConformance(StoreFixtures):
         assert other.forget([peanuts.id]) == 0
         assert memory.forget([peanuts.id]) == 1
         assert all(i.record.id != peanuts.id for i in memory.retrieve("peanuts allergy"))
-        assert all(i.record.id != peanuts.id for i in memory.recall.retrieve("peanuts allergy", limit=50))
+        assert all(
+            i.record.id != peanuts.id for i in memory.recall_block.retrieve("peanuts allergy", limit=50)
+        )
         assert store.get(scope, [peanuts.id]) == []
         assert all("peanuts" not in m["content"] for m in memory.get_context()[0])
 
