@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -143,8 +144,25 @@ class FilterTests(StoreFixtures):
         assert {r.id for r in store.list(scope)} == {r.id for r in records} - expected
 
 
-_RECORDS = st.lists(record_fields(), min_size=1, max_size=12)
-_NEIGHBOURS = st.lists(record_fields(), max_size=4)
+@dataclass(frozen=True)
+class _Example:
+    """One differential example: the records of the queried scope, its neighbours' records, the
+    filter and the limit of the limited reads."""
+
+    fields: list[dict[str, Any]]
+    neighbour_fields: list[dict[str, Any]]
+    spec: dict[str, Any]
+    limit: int
+
+
+def _examples(specs: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[_Example]:
+    return st.builds(
+        _Example,
+        fields=st.lists(record_fields(), min_size=1, max_size=12),
+        neighbour_fields=st.lists(record_fields(), max_size=4),
+        spec=specs,
+        limit=st.integers(min_value=1, max_value=15),
+    )
 
 
 def _differential(examples: int) -> settings:
@@ -170,43 +188,25 @@ class DifferentialFilterTests(StoreFixtures):
     """
 
     @_differential(EXAMPLES)
-    @given(
-        fields=_RECORDS,
-        neighbour_fields=_NEIGHBOURS,
-        spec=filters(),
-        limit=st.integers(min_value=1, max_value=15),
-    )
-    def test_store_agrees_with_reference_evaluator(
-        self,
-        store: Store,
-        fields: list[dict[str, Any]],
-        neighbour_fields: list[dict[str, Any]],
-        spec: dict[str, Any],
-        limit: int,
-    ) -> None:
-        _agrees_with_reference(store, fields, neighbour_fields, spec, limit)
+    @given(example=_examples(filters()))
+    def test_store_agrees_with_reference_evaluator(self, store: Store, example: _Example) -> None:
+        _agrees_with_reference(store, example)
 
     @_differential(max(EXAMPLES // 2, 10))
     @given(
-        fields=_RECORDS,
-        neighbour_fields=_NEIGHBOURS,
-        spec=st.tuples(st.sampled_from(["$and", "$or"]), filters(2, ops=(STARTS_WITH,)), filters(4)).map(
-            lambda drawn: {drawn[0]: [drawn[1], drawn[2]]}
-        ),
-        limit=st.integers(min_value=1, max_value=15),
+        example=_examples(
+            st.tuples(st.sampled_from(["$and", "$or"]), filters(2, ops=(STARTS_WITH,)), filters(4)).map(
+                lambda drawn: {drawn[0]: [drawn[1], drawn[2]]}
+            )
+        )
     )
     def test_an_operator_only_the_reference_evaluator_knows_works_through_the_fallback(
-        self,
-        store: Store,
-        fields: list[dict[str, Any]],
-        neighbour_fields: list[dict[str, Any]],
-        spec: dict[str, Any],
-        limit: int,
+        self, store: Store, example: _Example
     ) -> None:
         """An operator added to :data:`memcore.filters.OPERATORS` alone (no backend compiles it)
         is right on every read path: backends decline it, and the store evaluates it exactly."""
         with extra_operator(STARTS_WITH):
-            _agrees_with_reference(store, fields, neighbour_fields, spec, limit)
+            _agrees_with_reference(store, example)
 
 
 @contextmanager
@@ -219,20 +219,15 @@ def extra_operator(operator: Operator) -> Iterator[None]:
         del OPERATORS[operator.name]
 
 
-def _agrees_with_reference(
-    store: Store,
-    fields: list[dict[str, Any]],
-    neighbour_fields: list[dict[str, Any]],
-    spec: dict[str, Any],
-    limit: int,
-) -> None:
+def _agrees_with_reference(store: Store, example: _Example) -> None:
+    spec, limit = example.spec, example.limit
     scope = new_scope(user_id="u", agent_id="a", session_id="main")
     neighbours = [
         Scope(tenant=scope.tenant, user_id="u", agent_id="a", session_id="other"),
         Scope(tenant=scope.tenant, user_id="v", agent_id="a", session_id="main"),
     ]
-    records = [make_record(scope, f"r{i}", **f) for i, f in enumerate(fields)]
-    others = [make_record(neighbours[i % 2], f"n{i}", **f) for i, f in enumerate(neighbour_fields)]
+    records = [make_record(scope, f"r{i}", **f) for i, f in enumerate(example.fields)]
+    others = [make_record(neighbours[i % 2], f"n{i}", **f) for i, f in enumerate(example.neighbour_fields)]
     store.add(records, random_vectors(len(records), seed=len(records)))
     if others:
         store.add(others, random_vectors(len(others), seed=99))
