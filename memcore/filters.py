@@ -28,7 +28,6 @@ exactly what it returns (the conformance suite checks this):
 
 from __future__ import annotations
 
-import functools
 import math
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
@@ -392,9 +391,25 @@ def _equality_key(value: object) -> tuple[object, object]:
     return ("number" if is_number(value) else type(value), value)
 
 
-@functools.lru_cache(maxsize=256)
+_KEY_SETS: dict[int, tuple[tuple[Scalar, ...], frozenset[tuple[object, object]]]] = {}
+_KEY_SETS_SIZE = 256
+
+
 def _keys_of(values: tuple[Scalar, ...]) -> frozenset[tuple[object, object]]:
-    return frozenset(_equality_key(value) for value in values)
+    """The equality keys of an ``$in`` list, computed once per parsed list.
+
+    Cached by the tuple's identity, never its value: ``(1,) == (True,) == (1.0,)`` as tuples, so a
+    cache keyed by value (``functools.lru_cache``) would answer ``$in: [1]`` with the keys of an
+    earlier ``$in: [true]``. An entry holds its tuple, so its id cannot be reused while cached.
+    """
+    cached = _KEY_SETS.get(id(values))
+    if cached is not None and cached[0] is values:
+        return cached[1]
+    keys = frozenset(_equality_key(value) for value in values)
+    if len(_KEY_SETS) >= _KEY_SETS_SIZE:
+        _KEY_SETS.clear()
+    _KEY_SETS[id(values)] = (values, keys)
+    return keys
 
 
 def _matches_any(stored: object, values: tuple[Scalar, ...]) -> bool:

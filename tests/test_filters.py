@@ -83,6 +83,20 @@ def test_reference_semantics(spec: dict[str, Any], expected: bool) -> None:
     assert matches(spec) is expected
 
 
+@pytest.mark.parametrize("stored", [1, 1.0, True, 0, False])
+def test_in_lists_equal_as_tuples_keep_their_types_apart(stored: object) -> None:
+    """``(1,) == (True,) == (1.0,)`` as Python tuples: an ``$in`` evaluated after another list equal to it
+    as a tuple must still compare by the language's rules (a number never equals a boolean)."""
+    record = RECORD.model_copy(update={"metadata": {"a": stored}})
+    for wanted in ([True], [1], [1.0], [False], [0], [0.0], [True], [0]):
+        node = parse_filter({"metadata.a": {"$in": wanted}})
+        expected = any(
+            isinstance(value, bool) == isinstance(stored, bool) and value == stored for value in wanted
+        )
+        assert evaluate(node, record) is expected, (stored, wanted)
+        assert evaluate(parse_filter({"metadata.a": {"$nin": wanted}}), record) is not expected
+
+
 @pytest.mark.parametrize(
     "spec",
     [
