@@ -22,51 +22,51 @@ from memcore import errors as errors
 # For type checkers only (``X as X``: an explicit re-export); at run time each name is imported
 # on first use from the module _LAZY_EXPORTS names.
 if TYPE_CHECKING:
-    from memcore.context import ChronologicalContextCreator as ChronologicalContextCreator
-    from memcore.context import ContextCreator as ContextCreator
-    from memcore.context import ScoreBasedContextCreator as ScoreBasedContextCreator
+    from memcore.agent.context import ChronologicalContextCreator as ChronologicalContextCreator
+    from memcore.agent.context import ContextCreator as ContextCreator
+    from memcore.agent.context import ScoreBasedContextCreator as ScoreBasedContextCreator
+    from memcore.agent.memories import AgentMemory as AgentMemory
+    from memcore.agent.memories import ChatHistoryMemory as ChatHistoryMemory
+    from memcore.agent.memories import LongtermMemory as LongtermMemory
+    from memcore.agent.memories import VectorMemory as VectorMemory
+    from memcore.agent.policy import MemoryPolicy as MemoryPolicy
+    from memcore.agent.sessions import MemoryModel as MemoryModel
+    from memcore.agent.sessions import SessionMemory as SessionMemory
+    from memcore.agent.tokens import HeuristicTokenCounter as HeuristicTokenCounter
+    from memcore.agent.tokens import TokenCounter as TokenCounter
     from memcore.hookspecs import hookimpl as hookimpl
-    from memcore.memories import AgentMemory as AgentMemory
-    from memcore.memories import ChatHistoryMemory as ChatHistoryMemory
-    from memcore.memories import LongtermMemory as LongtermMemory
-    from memcore.memories import VectorMemory as VectorMemory
     from memcore.plugins import open_embedder as open_embedder
     from memcore.plugins import open_store as open_store
-    from memcore.policy import MemoryPolicy as MemoryPolicy
     from memcore.records import ContextRecord as ContextRecord
     from memcore.records import MemoryRecord as MemoryRecord
     from memcore.records import Message as Message
     from memcore.records import ScoredRecord as ScoredRecord
     from memcore.scope import Scope as Scope
-    from memcore.sessions import MemoryModel as MemoryModel
-    from memcore.sessions import SessionMemory as SessionMemory
     from memcore.store import BaseStore as BaseStore
     from memcore.store import Capabilities as Capabilities
     from memcore.store import Store as Store
-    from memcore.tokens import HeuristicTokenCounter as HeuristicTokenCounter
-    from memcore.tokens import TokenCounter as TokenCounter
 
 _LAZY_EXPORTS: dict[str, str] = {
-    "AgentMemory": "memcore.memories",
-    "ChatHistoryMemory": "memcore.memories",
-    "LongtermMemory": "memcore.memories",
-    "MemoryModel": "memcore.sessions",
-    "MemoryPolicy": "memcore.policy",
-    "SessionMemory": "memcore.sessions",
-    "VectorMemory": "memcore.memories",
+    "AgentMemory": "memcore.agent.memories",
+    "ChatHistoryMemory": "memcore.agent.memories",
+    "LongtermMemory": "memcore.agent.memories",
+    "MemoryModel": "memcore.agent.sessions",
+    "MemoryPolicy": "memcore.agent.policy",
+    "SessionMemory": "memcore.agent.sessions",
+    "VectorMemory": "memcore.agent.memories",
     "BaseStore": "memcore.store",
     "Capabilities": "memcore.store",
-    "ChronologicalContextCreator": "memcore.context",
-    "ContextCreator": "memcore.context",
+    "ChronologicalContextCreator": "memcore.agent.context",
+    "ContextCreator": "memcore.agent.context",
     "ContextRecord": "memcore.records",
-    "HeuristicTokenCounter": "memcore.tokens",
+    "HeuristicTokenCounter": "memcore.agent.tokens",
     "MemoryRecord": "memcore.records",
     "Message": "memcore.records",
     "Scope": "memcore.scope",
-    "ScoreBasedContextCreator": "memcore.context",
+    "ScoreBasedContextCreator": "memcore.agent.context",
     "ScoredRecord": "memcore.records",
     "Store": "memcore.store",
-    "TokenCounter": "memcore.tokens",
+    "TokenCounter": "memcore.agent.tokens",
     "hookimpl": "memcore.hookspecs",
     "open_embedder": "memcore.plugins",
     "open_store": "memcore.plugins",

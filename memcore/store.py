@@ -287,7 +287,7 @@ class BaseStore(ABC):
 
         :raises InvalidInputError: if none of ``vector``, ``text`` and ``keywords``
             is given, or ``keywords`` with either of the others (fuse rankings in
-            the caller, as :mod:`memcore.recall` does).
+            the caller, as :mod:`memcore.agent.recall` does).
         """
         self._check_open()
         scope = check_scope(scope)

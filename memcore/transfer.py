@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from memcore.blocks import embedding_text
+from memcore.agent.blocks import embedding_text
 from memcore.embedders.base import Embedder
 from memcore.errors import (
     DimensionMismatchError,

@@ -21,11 +21,11 @@ from camel.types import ModelPlatformType, ModelType, OpenAIBackendRole
 from camel.utils import BaseTokenCounter
 
 from memcore import open_store
+from memcore.agent.memories import NO_MEMORIES_NOTE
+from memcore.agent.policy import MemoryPolicy
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import ScopeError
 from memcore.integrations.camel import CAMEL_RECORD_KEY, CamelMemory, to_camel
-from memcore.memories import NO_MEMORIES_NOTE
-from memcore.policy import MemoryPolicy
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store

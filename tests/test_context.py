@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memcore
-from memcore.context import ChronologicalContextCreator, ContextCreator, ScoreBasedContextCreator
+from memcore.agent.context import ChronologicalContextCreator, ContextCreator, ScoreBasedContextCreator
+from memcore.agent.tokens import HeuristicTokenCounter, TokenCounter
 from memcore.errors import ContextBudgetError, InvalidInputError
 from memcore.records import ContextRecord, FunctionCall, MemoryRecord, Message, Role, ToolCall
 from memcore.scope import Scope
-from memcore.tokens import HeuristicTokenCounter, TokenCounter
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 SCOPE = Scope(user_id="u1")

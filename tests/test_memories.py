@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from memcore.agent.memories import NO_MEMORIES_NOTE, ChatHistoryMemory, LongtermMemory, VectorMemory
+from memcore.agent.policy import MemoryPolicy
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import (
     ContextBudgetError,
@@ -17,8 +19,6 @@ from memcore.errors import (
     InvalidRecordError,
     ScopeError,
 )
-from memcore.memories import NO_MEMORIES_NOTE, ChatHistoryMemory, LongtermMemory, VectorMemory
-from memcore.policy import MemoryPolicy
 from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall
 from memcore.scope import Scope
 from memcore.stores.in_memory import InMemoryStore

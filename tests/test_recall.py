@@ -9,12 +9,12 @@ from uuid import uuid4
 
 import pytest
 
+from memcore.agent.memories import VectorMemory
+from memcore.agent.policy import MemoryPolicy
+from memcore.agent.recall import HybridRecall
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import InvalidInputError
 from memcore.keywords import _stem, bm25_scores, terms
-from memcore.memories import VectorMemory
-from memcore.policy import MemoryPolicy
-from memcore.recall import HybridRecall
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Capabilities

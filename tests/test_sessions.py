@@ -7,13 +7,19 @@ from typing import Any
 
 import pytest
 
+from memcore.agent.memories import VectorMemory
+from memcore.agent.policy import MemoryPolicy
+from memcore.agent.sessions import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    MemoryModel,
+    SessionMemory,
+    SessionTurn,
+)
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import ConflictError, InvalidInputError, InvalidRecordError, ScopeError
-from memcore.memories import VectorMemory
-from memcore.policy import MemoryPolicy
 from memcore.records import SUMMARY_KIND, FunctionCall, Message, ToolCall
 from memcore.scope import Scope
-from memcore.sessions import ExtractiveSummarizer, LLMSummarizer, MemoryModel, SessionMemory, SessionTurn
 from memcore.stores.in_memory import InMemoryStore
 from memcore.stores.jsonl import JsonlStore
 

@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pytest
 
 from memcore import open_store, transfer
-from memcore.blocks import embedding_text
+from memcore.agent.blocks import embedding_text
 from memcore.cli import main
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import (

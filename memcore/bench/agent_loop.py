@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from memcore.agent.memories import LongtermMemory
+from memcore.agent.policy import MemoryPolicy
+from memcore.agent.recall import RecallMode, resolved_mode
 from memcore.bench.progress import Progress
 from memcore.bench.timing import summary
 from memcore.bench.workloads import opened
 from memcore.embedders.base import Embedder
-from memcore.memories import LongtermMemory
-from memcore.policy import MemoryPolicy
-from memcore.recall import RecallMode, resolved_mode
 from memcore.records import Message
 from memcore.scope import Scope
 from memcore.validation import normalize_rows

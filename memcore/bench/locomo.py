@@ -19,12 +19,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from memcore.agent.memories import VectorMemory
+from memcore.agent.policy import MemoryPolicy
+from memcore.agent.recall import RecallMode
 from memcore.bench.progress import Progress
 from memcore.embedders.base import Embedder
 from memcore.embedders.cache import cached
-from memcore.memories import VectorMemory
-from memcore.policy import MemoryPolicy
-from memcore.recall import RecallMode
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.stores.in_memory import InMemoryStore
@@ -92,7 +92,7 @@ def run_locomo(path: Path, embedder: Embedder, progress: Progress) -> dict[str, 
     """Recall@1/5/10 per category and overall, and the recall latency, for each recall mode.
 
     Every conversation's turns are written once; each question is then recalled
-    through a :class:`~memcore.memories.VectorMemory` per mode (dense, keyword,
+    through a :class:`~memcore.agent.memories.VectorMemory` per mode (dense, keyword,
     hybrid) reaching all sessions of the conversation. The query's embedding is
     made before the clock starts (the memories share one cached embedder), so
     latencies are recall alone.

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, get_args
 
+from memcore.agent.recall import RecallMode
 from memcore.bench.agent_loop import run_agent_loop
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
 from memcore.bench.locomo import run_locomo
@@ -21,7 +22,6 @@ from memcore.bench.report import locomo_table, markdown_table, write_json, write
 from memcore.bench.workloads import many_tenants, run_store
 from memcore.errors import InvalidInputError
 from memcore.plugins import open_embedder, store_classes
-from memcore.recall import RecallMode
 
 EMBEDDED_FORMS = {
     "memory": "memory://",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import memcore
-from memcore.memories import LongtermMemory
+from memcore.agent.memories import LongtermMemory
 from memcore.records import Message
 from memcore.scope import Scope
 

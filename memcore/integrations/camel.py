@@ -10,7 +10,7 @@ It keeps CAMEL's method names and record shapes (``write_records`` takes CAMEL
 ``uuid`` is its memcore id), and fixes what CAMEL's own memories get wrong:
 
 * **scoped to one agent**: every read, write and delete goes through the scope of a
-  :class:`~memcore.memories.LongtermMemory`, which names the agent. A ChatAgent
+  :class:`~memcore.agent.memories.LongtermMemory`, which names the agent. A ChatAgent
   whose ``agent_id`` is another agent's, or a record of another agent, is refused
   (:class:`~memcore.errors.ScopeError`), so two agents sharing a store never see
   or delete each other's records;
@@ -43,10 +43,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("memcore.integrations.camel needs camel-ai: pip install 'memcore[camel]'") from exc
 
-from memcore.context import ScoreBasedContextCreator
+from memcore.agent.context import ScoreBasedContextCreator
+from memcore.agent.memories import NO_MEMORIES_NOTE, LongtermMemory
 from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError, ScopeError
-from memcore.memories import NO_MEMORIES_NOTE, LongtermMemory
 from memcore.records import ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
@@ -68,7 +68,7 @@ _INSTRUCTION_ROLES = ("system", "developer")
 
 
 class CamelTokenCounter:
-    """A memcore :class:`~memcore.tokens.TokenCounter` that counts with a CAMEL model's counter."""
+    """A memcore :class:`~memcore.agent.tokens.TokenCounter` that counts with a CAMEL model's counter."""
 
     def __init__(self, counter: BaseTokenCounter) -> None:
         self.counter = counter
@@ -88,7 +88,7 @@ class CamelMemory(_CamelAgentMemory):
         usually the session (recall reaches the agent's other sessions).
     :param token_counter: the model's counter (``model.token_counter``).
     :param token_limit: the most tokens :meth:`get_context` may return.
-    :param options: passed to :class:`~memcore.memories.LongtermMemory` (``window``, ``policy``).
+    :param options: passed to :class:`~memcore.agent.memories.LongtermMemory` (``window``, ``policy``).
     """
 
     def __init__(

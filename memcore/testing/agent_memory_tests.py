@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from memcore.agent.memories import LongtermMemory
+from memcore.agent.tokens import HeuristicTokenCounter
 from memcore.embedders.hashing import HashEmbedder
-from memcore.memories import LongtermMemory
 from memcore.records import Message
 from memcore.scope import Scope
 from memcore.store import Store
 from memcore.testing.helpers import StoreFactory, StoreFixtures, new_scope, reopen, require_durable
-from memcore.tokens import HeuristicTokenCounter
 
 FACTS = [
     "My cat is called Mochi and she is three years old.",

@@ -13,10 +13,10 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
 from memcore import open_store
+from memcore.agent.memories import LongtermMemory
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import EmbedderMismatchError, FilterError, InvalidInputError
 from memcore.integrations.langchain import MemcoreVectorStore
-from memcore.memories import LongtermMemory
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace

@@ -10,7 +10,7 @@ the prompt* by a summary record (``kind="summary"``) written by a pluggable
 :class:`Summarizer`. Each summary lists the ids of the turns it newly covers in
 ``metadata.covers`` (so a record stays small however long the session) and the
 summary it extends in ``metadata.extends``. The originals stay in the store
-(recallable by a :class:`~memcore.memories.VectorMemory` when the session
+(recallable by a :class:`~memcore.agent.memories.VectorMemory` when the session
 memory has an embedder) until the user forgets them.
 """
 
@@ -25,14 +25,14 @@ from uuid import UUID, uuid4
 
 import pydantic
 
-from memcore.blocks import PINNED_ROLES, embedding_text
+from memcore.agent.blocks import PINNED_ROLES, embedding_text
+from memcore.agent.tokens import HeuristicTokenCounter, TokenCounter
 from memcore.embedders.base import Embedder
 from memcore.errors import ConflictError, InvalidInputError, InvalidRecordError, ScopeError
 from memcore.model_base import MemcoreModel
 from memcore.records import SUMMARY_KIND, MemoryRecord, Message, MetadataValue, utc_now
 from memcore.scope import Scope, validate_scope_value
 from memcore.store import Store, VectorSpace
-from memcore.tokens import HeuristicTokenCounter, TokenCounter
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
@@ -202,7 +202,7 @@ class SessionMemory:
     :param store: where the records live.
     :param scope: the owner of the sessions (tenant, user, agent); must not set ``session_id``.
     :param embedder: if given, turns are written with vectors, so that a
-        :class:`~memcore.memories.VectorMemory` can recall them (and summarised
+        :class:`~memcore.agent.memories.VectorMemory` can recall them (and summarised
         turns stay recallable).
     :param summarizer: condenses older turns (default :class:`ExtractiveSummarizer`).
     :param token_counter: measures the prompt (default :class:`HeuristicTokenCounter`).

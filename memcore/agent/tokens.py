@@ -1,7 +1,7 @@
 """Counting the tokens of a chat-completions prompt.
 
 A :class:`TokenCounter` says how many tokens a list of messages costs as a
-prompt. Context creators (:mod:`memcore.context`) use it to fit a budget. The
+prompt. Context creators (:mod:`memcore.agent.context`) use it to fit a budget. The
 default, :class:`HeuristicTokenCounter`, works offline and downloads nothing; it
 approximates a BPE tokenizer. When the exact count matters, pass a counter
 wrapping your model's real tokenizer (for example a tiktoken encoding): any

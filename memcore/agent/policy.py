@@ -11,9 +11,9 @@ from typing import ClassVar, Literal
 
 import pydantic
 
+from memcore.agent.recall import HybridRecall, RecallMode
 from memcore.errors import InvalidInputError
 from memcore.model_base import MemcoreModel
-from memcore.recall import HybridRecall, RecallMode
 from memcore.scope import Scope
 
 RecallReach = Literal["session", "agent", "user", "tenant"]
@@ -27,9 +27,9 @@ _KEPT_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 class MemoryPolicy(MemcoreModel):
-    """How an :class:`~memcore.memories.AgentMemory` saves and recalls.
+    """How an :class:`~memcore.agent.memories.AgentMemory` saves and recalls.
 
-    :param auto_save: :meth:`~memcore.memories.AgentMemory.observe` stores the
+    :param auto_save: :meth:`~memcore.agent.memories.AgentMemory.observe` stores the
         turns it is shown (``True``, default); with ``False`` only explicit
         ``write``/``write_records`` calls store anything.
     :param inject_when_empty: when recall finds nothing, add a short system note
@@ -42,7 +42,7 @@ class MemoryPolicy(MemcoreModel):
         the ``user``, or the whole ``tenant``. Fields the memory's scope leaves
         unset stay unset.
     :param recall_mode: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"``
-        (BM25), ``"hybrid"`` (both, fused, smoothed along sessions; see :mod:`memcore.recall`
+        (BM25), ``"hybrid"`` (both, fused, smoothed along sessions; see :mod:`memcore.agent.recall`
         and the LoCoMo figures in the README), or ``"auto"`` (default): the store's
         ``capabilities.default_recall`` (hybrid in the built-in stores, dense in the others).
     :param hybrid: the settings of hybrid recall.

@@ -16,7 +16,7 @@
   that a later fact always follows an earlier one.
 
 Every memory writes into its own :class:`~memcore.scope.Scope`, reads its history
-there, and recalls within the wider scope its :class:`~memcore.policy.MemoryPolicy`
+there, and recalls within the wider scope its :class:`~memcore.agent.policy.MemoryPolicy`
 allows. A record is written once, with its vector; ``forget`` deletes it by id
 from the store, so it disappears from history and recall alike.
 """
@@ -29,13 +29,13 @@ from collections.abc import Collection, Sequence
 from typing import Any, Literal
 from uuid import UUID
 
-from memcore.blocks import PINNED_ROLES, ChatHistoryBlock, VectorBlock, check_in_scope
-from memcore.context import ContextCreator, ScoreBasedContextCreator
+from memcore.agent.blocks import PINNED_ROLES, ChatHistoryBlock, VectorBlock, check_in_scope
+from memcore.agent.context import ContextCreator, ScoreBasedContextCreator
+from memcore.agent.policy import MemoryPolicy
 from memcore.embedders.base import Embedder
 from memcore.embedders.cache import cached
 from memcore.errors import ContextBudgetError, InvalidInputError, InvalidRecordError
 from memcore.filters import Filter, FilterSpec
-from memcore.policy import MemoryPolicy
 from memcore.records import ContextRecord, MemoryRecord, Message, MetadataValue, RecordKey, utc_now
 from memcore.scope import Scope
 from memcore.store import Store, VectorSpace

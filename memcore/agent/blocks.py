@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from memcore.agent.recall import HybridRecall, RecallMode, hybrid_search, resolved_mode
 from memcore.embedders.base import Embedder
 from memcore.errors import InvalidInputError, ScopeError
 from memcore.filters import Filter, FilterSpec, parse_filter
-from memcore.recall import HybridRecall, RecallMode, hybrid_search, resolved_mode
 from memcore.records import SUMMARY_KIND, ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
@@ -133,7 +133,7 @@ class VectorBlock:
     :param scope: what the block reads, writes and clears.
     :param recall_limit: how many hits :meth:`retrieve` returns by default.
     :param mode: how a query is matched: ``"dense"`` (vector similarity), ``"keyword"`` (BM25),
-        ``"hybrid"`` (both, fused and smoothed along sessions: :mod:`memcore.recall`), or
+        ``"hybrid"`` (both, fused and smoothed along sessions: :mod:`memcore.agent.recall`), or
         ``"auto"`` (default): the store's ``capabilities.default_recall`` (hybrid in the built-in
         stores, dense in those where hybrid recall's extra reads are slow).
     :param hybrid: the settings of hybrid recall.

@@ -28,7 +28,7 @@ messages and their token count, and enforces the budget for real:
   earlier one; a tool unit stays together, its call first.
 
 With no records at all the output is empty and its count is the counter's
-count of an empty prompt (the reply priming of :class:`~memcore.tokens.HeuristicTokenCounter`).
+count of an empty prompt (the reply priming of :class:`~memcore.agent.tokens.HeuristicTokenCounter`).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from memcore.agent.tokens import HeuristicTokenCounter, TokenCounter
 from memcore.errors import ContextBudgetError
 from memcore.records import ContextRecord, Message, RecordKey
-from memcore.tokens import HeuristicTokenCounter, TokenCounter
 
 _PINNABLE_ROLES = frozenset({"system", "developer"})
 
@@ -95,7 +95,7 @@ class _BudgetedContextCreator(ABC):
     def create_context(
         self, records: Sequence[ContextRecord], token_limit: int
     ) -> tuple[list[dict[str, Any]], int]:
-        """The prompt for ``records``, trimmed to ``token_limit`` (see :mod:`memcore.context`).
+        """The prompt for ``records``, trimmed to ``token_limit`` (see :mod:`memcore.agent.context`).
 
         :param records: the candidate records, in any order (ties in time keep this order).
         :param token_limit: the most tokens the prompt may cost; a positive int.
@@ -142,10 +142,11 @@ class _BudgetedContextCreator(ABC):
 class ChronologicalContextCreator(_BudgetedContextCreator):
     """Fits the budget by dropping the oldest units first (by ``record.created_at``).
 
-    A tool-call unit is as old as its oldest message. See :mod:`memcore.context`
+    A tool-call unit is as old as its oldest message. See :mod:`memcore.agent.context`
     for what every context creator guarantees.
 
-    :param token_counter: counts prompt tokens; a :class:`~memcore.tokens.HeuristicTokenCounter` by default.
+    :param token_counter: counts prompt tokens; by default a
+        :class:`~memcore.agent.tokens.HeuristicTokenCounter`.
     """
 
     def _drop_key(self, unit: _Unit) -> tuple[Any, ...]:
@@ -156,10 +157,11 @@ class ScoreBasedContextCreator(_BudgetedContextCreator):
     """Fits the budget by dropping the lowest-scored units first, the oldest first among equals.
 
     A tool-call unit scores as its best-scored message. A NaN score counts as
-    the lowest. See :mod:`memcore.context` for what every context creator
+    the lowest. See :mod:`memcore.agent.context` for what every context creator
     guarantees.
 
-    :param token_counter: counts prompt tokens; a :class:`~memcore.tokens.HeuristicTokenCounter` by default.
+    :param token_counter: counts prompt tokens; by default a
+        :class:`~memcore.agent.tokens.HeuristicTokenCounter`.
     """
 
     def _drop_key(self, unit: _Unit) -> tuple[Any, ...]:
