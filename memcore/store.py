@@ -9,21 +9,27 @@ public methods are the one statement of the contract's signatures; it validates 
 the same way for all backends (see :mod:`memcore.validation`), refuses calls after
 :meth:`~BaseStore.close`, builds request objects (:mod:`memcore.queries`) and hands them to a
 small set of ``_hooks``, evaluating exactly what a backend declines to (:meth:`BaseStore._expresses`).
+
+Every public method has an async twin (``aadd`` for ``add``, ``async with`` for ``with``) with
+the same validation, errors and results: each operation is written once, as a plan of hook calls
+(:mod:`memcore.plans`), and run either here or on the store's worker threads
+(:mod:`memcore.workers`), or natively where a backend gives a hook an async variant.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import itertools
 import os
 import threading
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import ClassVar, Literal, Self, TypeAlias
+from typing import Any, ClassVar, Literal, ParamSpec, Self, TypeAlias, TypeVar
 from uuid import UUID
 
 from memcore.errors import (
@@ -37,6 +43,7 @@ from memcore.errors import (
 from memcore.filters import Comparison, Filter, FilterSpec, conjunction, evaluate, parse_filter, split_filter
 from memcore.keywords import bm25_scores
 from memcore.kit import order_key
+from memcore.plans import Plan, arun_plan, call, run_plan
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, in_utc
 from memcore.scope import Scope, scope_order
@@ -54,10 +61,26 @@ from memcore.validation import (
     check_vectors,
     normalize_rows,
 )
+from memcore.workers import WorkerPool
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _OVERFETCH = 4
 """How many times ``limit`` hits a search with a residue filter reads, and by how much it grows."""
 _MIN_FETCH = 32
+_HOOKS = (
+    "_add",
+    "_get",
+    "_vectors",
+    "_list",
+    "_search",
+    "_count",
+    "_keyword_search",
+    "_delete",
+    "_delete_where",
+)
+"""The hooks plans call (:mod:`memcore.plans`); a backend may give any of them an async variant."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +174,7 @@ class BaseStore(ABC):
         self._closed = False
         self._state_lock = threading.Lock()
         self._bound_space: VectorSpace | None = None
+        self._workers: WorkerPool | None = None
         self._process = os.getpid()
         _open_stores.add(self)
 
@@ -186,19 +210,27 @@ class BaseStore(ABC):
         A record is replaced by one with the same id *and the same scope*; the same id
         in another scope is another record, so a writer learns nothing about, and
         cannot block, the ids other scopes use. Replacing a record replaces its
-        vector too (none if ``vectors`` is omitted).
+        vector too (none if ``vectors`` is omitted). A batch is written whole or not at all.
 
         :raises InvalidRecordError: for invalid or oversized records.
         :raises InvalidVectorError: for invalid vectors (NaN, infinity, zero, empty).
         :raises DimensionMismatchError: if a vector does not match :attr:`dimension`.
         """
+        run_plan(self._add_plan(records, vectors))
+
+    async def aadd(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
+        """:meth:`add`, awaited. Cancelling it never leaves part of the batch: a write the engine
+        has started lands whole, else nothing does."""
+        await self._arun(self._add_plan(records, vectors))
+
+    def _add_plan(self, records: Sequence[MemoryRecord], vectors: Vectors | None) -> Plan[None]:
         self._check_open()
         batch = check_records(records)
         matrix = None
         if vectors is not None:
             matrix = normalize_rows(check_vectors(vectors, len(batch), self._expected_dimension()))
         if batch:
-            self._add(batch, matrix)
+            yield from call(self._add, batch, matrix)
 
     def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
         """The records with these ids that ``scope`` can see, in the order asked.
@@ -207,12 +239,21 @@ class BaseStore(ABC):
         that names records in several exact scopes within ``scope`` gives each of
         them, ordered by scope (tenant, user, agent, session; unset first).
         """
+        return run_plan(self._get_plan(scope, ids))
+
+    async def aget(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
+        """:meth:`get`, awaited."""
+        return await self._arun(self._get_plan(scope, ids))
+
+    def _get_plan(self, scope: Scope, ids: Sequence[UUID | str]) -> Plan[builtins.list[MemoryRecord]]:
         self._check_open()
         wanted = list(dict.fromkeys(check_ids(ids)))
+        scope = check_scope(scope)
         if not wanted:
             return []
         found: dict[UUID, builtins.list[MemoryRecord]] = {}
-        for record in sorted(self._get(check_scope(scope), wanted), key=lambda r: scope_order(r.scope)):
+        records = yield from call(self._get, scope, wanted)
+        for record in sorted(records, key=lambda r: scope_order(r.scope)):
             found.setdefault(record.id, []).append(record)
         return [record for record_id in wanted for record in found.get(record_id, ())]
 
@@ -224,10 +265,18 @@ class BaseStore(ABC):
         :raises AmbiguousIdError: if an id names records in several exact scopes within
             ``scope``; ask each record's ``scope.exact()``.
         """
+        return run_plan(self._vectors_plan(scope, ids))
+
+    async def avectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
+        """:meth:`vectors`, awaited."""
+        return await self._arun(self._vectors_plan(scope, ids))
+
+    def _vectors_plan(self, scope: Scope, ids: Sequence[UUID | str]) -> Plan[dict[UUID, Matrix]]:
         self._check_open()
         wanted = list(dict.fromkeys(check_ids(ids)))
+        scope = check_scope(scope)
         found: dict[UUID, Matrix] = {}
-        for record_id, vector in self._vectors(check_scope(scope), wanted) if wanted else ():
+        for record_id, vector in (yield from call(self._vectors, scope, wanted)) if wanted else ():
             if record_id in found:
                 raise AmbiguousIdError(
                     f"id {record_id} names records in several scopes within {scope}; "
@@ -253,6 +302,30 @@ class BaseStore(ABC):
         :param before: only records created strictly before this time.
         :param after: only records created strictly after this time.
         """
+        return run_plan(self._list_plan(scope, filter, order, limit, before, after))
+
+    async def alist(
+        self,
+        scope: Scope,
+        *,
+        filter: FilterSpec | Filter | None = None,
+        order: Order = "asc",
+        limit: int | None = None,
+        before: datetime | None = None,
+        after: datetime | None = None,
+    ) -> builtins.list[MemoryRecord]:
+        """:meth:`list`, awaited."""
+        return await self._arun(self._list_plan(scope, filter, order, limit, before, after))
+
+    def _list_plan(
+        self,
+        scope: Scope,
+        filter: FilterSpec | Filter | None,
+        order: Order,
+        limit: int | None,
+        before: datetime | None,
+        after: datetime | None,
+    ) -> Plan[builtins.list[MemoryRecord]]:
         self._check_open()
         if order not in ("asc", "desc"):
             raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
@@ -263,7 +336,7 @@ class BaseStore(ABC):
             _check_datetime("before", before),
             _check_datetime("after", after),
         )
-        return self._list_with_residue(check_scope(scope), query)
+        return (yield from self._list_with_residue(check_scope(scope), query))
 
     def search(
         self,
@@ -289,6 +362,30 @@ class BaseStore(ABC):
             is given, or ``keywords`` with either of the others (fuse rankings in
             the caller, as :mod:`memcore.agent.recall` does).
         """
+        return run_plan(self._search_plan(scope, vector, text, keywords, filter, limit))
+
+    async def asearch(
+        self,
+        scope: Scope,
+        *,
+        vector: Vector | None = None,
+        text: str | None = None,
+        keywords: str | None = None,
+        filter: FilterSpec | Filter | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> builtins.list[ScoredRecord]:
+        """:meth:`search`, awaited."""
+        return await self._arun(self._search_plan(scope, vector, text, keywords, filter, limit))
+
+    def _search_plan(
+        self,
+        scope: Scope,
+        vector: Vector | None,
+        text: str | None,
+        keywords: str | None,
+        filter: FilterSpec | Filter | None,
+        limit: int,
+    ) -> Plan[builtins.list[ScoredRecord]]:
         self._check_open()
         scope = check_scope(scope)
         if keywords is not None:
@@ -297,7 +394,7 @@ class BaseStore(ABC):
             if vector is not None or text is not None:
                 raise InvalidInputError("keywords rank on their own: search with vector or text separately")
             ranked = KeywordQuery(keywords, parse_filter(filter), check_limit(limit, required=True))
-            return self._keyword_search_with_residue(scope, ranked)
+            return (yield from self._keyword_search_with_residue(scope, ranked))
         if vector is None and text is None:
             raise InvalidInputError("search needs a vector, a text, or keywords; use list() to browse")
         if text is not None and (not isinstance(text, str) or not text.strip()):
@@ -311,16 +408,23 @@ class BaseStore(ABC):
         assert bounded is not None
         if unit is not None and dimension is None:
             return []
-        return self._search_with_residue(scope, SearchQuery(unit, text, node, bounded))
+        return (yield from self._search_with_residue(scope, SearchQuery(unit, text, node, bounded)))
 
     def count(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
         """How many records ``scope`` can see that match ``filter``."""
+        return run_plan(self._count_plan(scope, filter))
+
+    async def acount(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
+        """:meth:`count`, awaited."""
+        return await self._arun(self._count_plan(scope, filter))
+
+    def _count_plan(self, scope: Scope, filter: FilterSpec | Filter | None) -> Plan[int]:
         self._check_open()
         scope = check_scope(scope)
         native, residue = split_filter(parse_filter(filter), self._expresses)
         if residue is None:
-            return self._count(scope, native)
-        return len(self._residue_matches(scope, native, residue))
+            return (yield from call(self._count, scope, native))
+        return len((yield from self._residue_matches(scope, native, residue)))
 
     def delete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
         """Delete the records with these ids that ``scope`` can see.
@@ -331,9 +435,17 @@ class BaseStore(ABC):
         :returns: how many records were deleted (an id held by several exact scopes
             within ``scope`` deletes each of them).
         """
+        return run_plan(self._delete_plan(scope, ids))
+
+    async def adelete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
+        """:meth:`delete`, awaited."""
+        return await self._arun(self._delete_plan(scope, ids))
+
+    def _delete_plan(self, scope: Scope, ids: Sequence[UUID | str]) -> Plan[int]:
         self._check_open()
         wanted = list(dict.fromkeys(check_ids(ids)))
-        return self._delete(check_scope(scope), wanted) if wanted else 0
+        scope = check_scope(scope)
+        return (yield from call(self._delete, scope, wanted)) if wanted else 0
 
     def delete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
         """Delete every record within ``scope`` that matches ``filter``.
@@ -341,17 +453,27 @@ class BaseStore(ABC):
         :param filter: a filter; ``{}`` deletes every record of the scope.
         :returns: how many records were deleted.
         """
+        return run_plan(self._delete_where_plan(scope, filter))
+
+    async def adelete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
+        """:meth:`delete_where`, awaited."""
+        return await self._arun(self._delete_where_plan(scope, filter))
+
+    def _delete_where_plan(self, scope: Scope, filter: FilterSpec | Filter) -> Plan[int]:
         self._check_open()
         if filter is None:
             raise InvalidInputError("delete_where needs a filter; pass {} to delete the whole scope")
         scope = check_scope(scope)
         native, residue = split_filter(parse_filter(filter), self._expresses)
         if residue is None:
-            return self._delete_where(scope, native)
+            return (yield from call(self._delete_where, scope, native))
         by_scope: dict[tuple[str | None, ...], tuple[Scope, builtins.list[UUID]]] = {}
-        for record in self._residue_matches(scope, native, residue):
+        for record in (yield from self._residue_matches(scope, native, residue)):
             by_scope.setdefault(record.scope.as_tuple(), (record.scope.exact(), []))[1].append(record.id)
-        return sum(self._delete(exact, ids) for exact, ids in by_scope.values())
+        deleted = 0
+        for exact, ids in by_scope.values():
+            deleted += yield from call(self._delete, exact, ids)
+        return deleted
 
     def purge(self) -> None:
         """Physically erase deleted records from everything the store persists.
@@ -360,10 +482,18 @@ class BaseStore(ABC):
         """
         self._check_open()
 
+    async def apurge(self) -> None:
+        """:meth:`purge`, on the store's workers."""
+        await self.run_in_worker(self.purge)
+
     def vector_space(self) -> VectorSpace | None:
         """The embedder the store's vectors come from, once :meth:`bind_vector_space` was called."""
         self._check_open()
         return self._load_vector_space()
+
+    async def avector_space(self) -> VectorSpace | None:
+        """:meth:`vector_space`, on the store's workers."""
+        return await self.run_in_worker(self.vector_space)
 
     def bind_vector_space(self, space: VectorSpace) -> None:
         """Record which embedder the store's vectors come from, or check that it is the same.
@@ -395,17 +525,30 @@ class BaseStore(ABC):
                 )
             self._save_vector_space(space)
 
+    async def abind_vector_space(self, space: VectorSpace) -> None:
+        """:meth:`bind_vector_space`, on the store's workers."""
+        await self.run_in_worker(self.bind_vector_space, space)
+
     def close(self) -> None:
         """Release the store. Idempotent; any other call afterwards raises StoreClosedError.
 
-        In a forked child that never reconnected, nothing is released: it is the parent's.
+        Calls the async API has already handed to the store's workers finish first (those
+        still waiting for a worker raise StoreClosedError). In a forked child that never
+        reconnected, nothing is released: it is the parent's.
         """
         with self._state_lock:
             if self._closed:
                 return
             self._closed = True
+            workers = self._workers
+        if workers is not None:
+            workers.shutdown()
         if self._process == os.getpid():
             self._close()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, awaited: waits for the calls in flight without blocking the loop."""
+        await asyncio.to_thread(self.close)
 
     @property
     def closed(self) -> bool:
@@ -420,15 +563,26 @@ class BaseStore(ABC):
     ) -> None:
         self.close()
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
     def _expected_dimension(self) -> int | None:
         if self.dimension is not None:
             return self.dimension
         space = self._load_vector_space()
         return None if space is None else space.dimension
 
+    def _closed_error(self) -> StoreClosedError:
+        return StoreClosedError(f"the {self.name} store is closed")
+
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreClosedError(f"the {self.name} store is closed")
+            raise self._closed_error()
         if self._process != os.getpid():
             self._follow_fork()
 
@@ -477,40 +631,89 @@ class BaseStore(ABC):
 
     def _residue_matches(
         self, scope: Scope, native: Filter | None, residue: Filter
-    ) -> builtins.list[MemoryRecord]:
+    ) -> Plan[builtins.list[MemoryRecord]]:
         """Every record of ``scope`` matching ``native`` in the engine and ``residue`` here."""
-        return [r for r in self._list(scope, ListQuery(native)) if evaluate(residue, r)]
+        records = yield from call(self._list, scope, ListQuery(native))
+        return [r for r in records if evaluate(residue, r)]
 
-    def _list_with_residue(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+    def _list_with_residue(self, scope: Scope, query: ListQuery) -> Plan[builtins.list[MemoryRecord]]:
         # The time bounds are comparisons on created_at too: one the backend declines (a time
         # its engine compares inexactly) joins the residue.
         declined = [bound for bound in query.time_bounds() if not self._expresses(bound)]
         native, residue = split_filter(conjunction([query.filter, *declined]), self._expresses)
         if residue is None:
-            return self._list(scope, query)
+            return (yield from call(self._list, scope, query))
         pushed = query.without_time_bounds(declined).with_filter(native, limit=None)
-        matching = (r for r in self._list(scope, pushed) if evaluate(residue, r))
+        matching = (r for r in (yield from call(self._list, scope, pushed)) if evaluate(residue, r))
         return builtins.list(itertools.islice(matching, query.limit))
 
-    def _search_with_residue(self, scope: Scope, query: SearchQuery) -> builtins.list[ScoredRecord]:
+    def _search_with_residue(self, scope: Scope, query: SearchQuery) -> Plan[builtins.list[ScoredRecord]]:
         native, residue = split_filter(query.filter, self._expresses)
         if residue is None:
-            return self._search(scope, query)
+            return (yield from call(self._search, scope, query))
         # A ranking with some hits left out keeps its order: fetch more of it until ``limit``
         # hits pass, or the engine has no more to give.
         fetch = max(query.limit * _OVERFETCH, _MIN_FETCH)
         while True:
-            hits = self._search(scope, query.with_filter(native, limit=fetch))
+            hits = yield from call(self._search, scope, query.with_filter(native, limit=fetch))
             passing = [hit for hit in hits if evaluate(residue, hit.record)]
             if len(passing) >= query.limit or len(hits) < fetch:
                 return passing[: query.limit]
             fetch *= _OVERFETCH
 
-    def _keyword_search_with_residue(self, scope: Scope, query: KeywordQuery) -> builtins.list[ScoredRecord]:
+    def _keyword_search_with_residue(
+        self, scope: Scope, query: KeywordQuery
+    ) -> Plan[builtins.list[ScoredRecord]]:
         native, residue = split_filter(query.filter, self._expresses)
         if residue is None:
-            return self._keyword_search(scope, query)
-        return rank_by_keywords(query, self._residue_matches(scope, native, residue))
+            return (yield from call(self._keyword_search, scope, query))
+        return rank_by_keywords(query, (yield from self._residue_matches(scope, native, residue)))
+
+    # -- the async API: plans run on the store's workers, or natively -----------------------------
+
+    def _worker_count(self) -> int:
+        """How many calls the engine serves at once: the size of the pool the async API runs
+        blocking work on. One by default (an embedded engine behind one lock gains nothing from
+        more threads but GIL contention); a store with a connection pool returns its size."""
+        return 1
+
+    def _worker_pool(self) -> WorkerPool:
+        with self._state_lock:
+            if self._workers is None:
+                name = self.name
+                self._workers = WorkerPool(
+                    self._worker_count(),
+                    name,
+                    closed_error=lambda: StoreClosedError(f"the {name} store is closed"),
+                )
+            return self._workers
+
+    async def run_in_worker(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run blocking code that uses this store on the store's workers, off the event loop.
+
+        The async methods of memories and sessions use it: their logic runs where the
+        store's own blocking calls run, so that a loop serving many agents never waits for
+        the engine and never makes more threads than the engine serves.
+
+        :raises StoreClosedError: if the store is closed.
+        """
+        if self._closed:
+            raise self._closed_error()
+        return await self._worker_pool().run(fn, *args, **kwargs)
+
+    async def _arun(self, plan: Plan[R]) -> R:
+        if type(self)._native_hooks:
+            return await arun_plan(plan, self, self._worker_pool())
+        return await self.run_in_worker(run_plan, plan)
+
+    _native_hooks: ClassVar[frozenset[str]] = frozenset()
+    """The hooks with an async variant (``_alist`` for ``_list``), found when the class is defined."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._native_hooks = frozenset(
+            hook for hook in _HOOKS if callable(getattr(cls, "_a" + hook.removeprefix("_"), None))
+        )
 
     # -- the hooks a backend implements -------------------------------------------------------
 

@@ -15,6 +15,7 @@ names that capability. Install with ``pip install memcore[testing]``.
 """
 
 from memcore.testing.agent_memory_tests import AgentMemoryConformance
+from memcore.testing.async_api import AsyncAPITests, AsyncStoreConformance
 from memcore.testing.filter_tests import DifferentialFilterTests, FilterTests
 from memcore.testing.helpers import StoreFactory, StoreFixtures
 from memcore.testing.keyword_tests import KeywordSearchTests
@@ -56,6 +57,8 @@ class StoreConformance(
 __all__ = [
     "AddTests",
     "AgentMemoryConformance",
+    "AsyncAPITests",
+    "AsyncStoreConformance",
     "BadInputTests",
     "ClosedStoreTests",
     "ConcurrencyTests",

@@ -126,14 +126,14 @@ class AgentMemoryConformance(StoreFixtures):
         assert memory.forget_where({"role": "assistant"}) == len(FACTS)
         assert all(r.message.role != "assistant" for r in store.list(scope))
 
-    def test_forget_survives_reopen(self, store: Store, store_factory: StoreFactory) -> None:
+    def test_forget_survives_reopen(self, store: Store, open_store: StoreFactory) -> None:
         require_durable(store)
         scope = new_scope(agent_id="a", session_id="s1")
         memory = _memory(store, scope, window=50)
         _chat(memory)
         [peanuts] = [r for r in store.list(scope) if "peanuts" in r.message.content]
         memory.forget([peanuts.id])
-        reopened = reopen(store, store_factory)
+        reopened = reopen(store, open_store)
         try:
             again = _memory(reopened, scope, window=50)
             assert all(i.record.id != peanuts.id for i in again.retrieve("peanuts allergy"))

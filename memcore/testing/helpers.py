@@ -93,9 +93,15 @@ class StoreFixtures:
         raise NotImplementedError(f"{type(self).__name__} must override the store_factory fixture")
 
     @pytest.fixture
-    def store(self, store_factory: StoreFactory) -> Iterator[Store]:
+    def open_store(self, store_factory: StoreFactory) -> StoreFactory:
+        """How the tests open (and reopen) the store: ``store_factory``, through the API under
+        test (the async suite wraps it; see :mod:`memcore.testing.async_api`)."""
+        return store_factory
+
+    @pytest.fixture
+    def store(self, open_store: StoreFactory) -> Iterator[Store]:
         """A freshly opened store, closed after the test."""
-        opened = store_factory()
+        opened = open_store()
         try:
             yield opened
         finally:

@@ -407,9 +407,7 @@ class DeleteTests(StoreFixtures):
 class PersistenceTests(StoreFixtures):
     """Durable stores: everything survives close and reopen. Skipped (named) for non-durable ones."""
 
-    def test_records_vectors_and_deletes_survive_reopen(
-        self, store: Store, store_factory: StoreFactory
-    ) -> None:
+    def test_records_vectors_and_deletes_survive_reopen(self, store: Store, open_store: StoreFactory) -> None:
         require_durable(store)
         scope = new_scope(user_id="u")
         records = [make_record(scope, f"r{i}", minute=i, metadata={"i": i}) for i in range(20)]
@@ -419,7 +417,7 @@ class PersistenceTests(StoreFixtures):
         store.add([records[5].model_copy(update={"kind": "fact"})], vectors[5:6])
         query = random_vectors(1, seed=4)[0]
         before = [(h.record.id, round(h.score, 5)) for h in store.search(scope, vector=query, limit=5)]
-        reopened = reopen(store, store_factory)
+        reopened = reopen(store, open_store)
         try:
             assert reopened.dimension == DIM
             assert reopened.count(scope) == 19
@@ -434,7 +432,7 @@ class PersistenceTests(StoreFixtures):
             reopened.close()
 
     def test_records_of_one_id_in_two_scopes_survive_reopen_apart(
-        self, store: Store, store_factory: StoreFactory
+        self, store: Store, open_store: StoreFactory
     ) -> None:
         require_durable(store)
         first, second = new_scope(user_id="u"), new_scope(user_id="v")
@@ -442,7 +440,7 @@ class PersistenceTests(StoreFixtures):
         twins = [r.model_copy(update={"scope": second}) for r in records]
         store.add(records + twins, random_vectors(4, seed=8))
         assert store.delete(second, [records[0].id]) == 1
-        reopened = reopen(store, store_factory)
+        reopened = reopen(store, open_store)
         try:
             assert reopened.get(first, [records[0].id]) == [records[0]]
             assert reopened.get(second, [records[0].id]) == []
@@ -453,15 +451,13 @@ class PersistenceTests(StoreFixtures):
         finally:
             reopened.close()
 
-    def test_dimension_survives_reopen_even_when_empty(
-        self, store: Store, store_factory: StoreFactory
-    ) -> None:
+    def test_dimension_survives_reopen_even_when_empty(self, store: Store, open_store: StoreFactory) -> None:
         require_durable(store)
         scope = new_scope()
         record = make_record(scope)
         store.add([record], random_vectors(1))
         store.delete(scope, [record.id])
-        reopened = reopen(store, store_factory)
+        reopened = reopen(store, open_store)
         try:
             with pytest.raises(DimensionMismatchError):
                 reopened.add([make_record(scope)], random_vectors(1, dim=DIM * 2))
@@ -579,10 +575,10 @@ class VectorSpaceTests(StoreFixtures):
             store.bind_vector_space(VectorSpace("hash", DIM + 1))
         store.bind_vector_space(VectorSpace("hash", DIM))
 
-    def test_binding_survives_reopen(self, store: Store, store_factory: StoreFactory) -> None:
+    def test_binding_survives_reopen(self, store: Store, open_store: StoreFactory) -> None:
         require_durable(store)
         store.bind_vector_space(VectorSpace("hash", DIM))
-        reopened = reopen(store, store_factory)
+        reopened = reopen(store, open_store)
         try:
             assert reopened.vector_space() == VectorSpace("hash", DIM)
             with pytest.raises(EmbedderMismatchError):
