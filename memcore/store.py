@@ -69,6 +69,8 @@ R = TypeVar("R")
 _OVERFETCH = 4
 """How many times ``limit`` hits a search with a residue filter reads, and by how much it grows."""
 _MIN_FETCH = 32
+SERVER_WORKERS = 8
+"""How many calls a server store's async API has in flight at once, by default."""
 _HOOKS = (
     "_add",
     "_get",
@@ -673,9 +675,10 @@ class BaseStore(ABC):
 
     def _worker_count(self) -> int:
         """How many calls the engine serves at once: the size of the pool the async API runs
-        blocking work on. One by default (an embedded engine behind one lock gains nothing from
-        more threads but GIL contention); a store with a connection pool returns its size."""
-        return 1
+        blocking work on. One for an embedded engine (behind one lock, more threads would only
+        contend for it and the GIL); :data:`SERVER_WORKERS` for a server; a store with a
+        connection pool returns the pool's size."""
+        return SERVER_WORKERS if self.capabilities.server else 1
 
     def _worker_pool(self) -> WorkerPool:
         with self._state_lock:

@@ -113,6 +113,10 @@ class WriteBuffer:
 class AgentMemory(ABC):
     """What every memory offers: write, retrieve, get_context, forget, clear, buffers.
 
+    Each call has an async twin (``awrite``, ``aget_context``, ...) that runs the same code on
+    the store's worker threads (:meth:`~memcore.store.BaseStore.run_in_worker`), so an event loop
+    serving many agents never waits for the store or the embedder.
+
     :param store: where the records live.
     :param scope: the memory's own scope: records are written into it, its
         history is read from it, and :meth:`clear` empties exactly it.
@@ -197,9 +201,31 @@ class AgentMemory(ABC):
         self.write_records(records)
         return records
 
+    async def awrite(
+        self,
+        messages: Sequence[Message],
+        *,
+        kind: str = "turn",
+        metadata: dict[str, MetadataValue] | None = None,
+    ) -> list[MemoryRecord]:
+        """:meth:`write`, awaited (on the store's workers, as every async twin of a memory)."""
+        return await self.store.run_in_worker(self.write, messages, kind=kind, metadata=metadata)
+
+    async def awrite_records(self, records: Sequence[MemoryRecord]) -> None:
+        """:meth:`write_records`, awaited."""
+        await self.store.run_in_worker(self.write_records, records)
+
     def observe(self, messages: Sequence[Message]) -> list[MemoryRecord]:
         """Store the turns an agent loop shows the memory, if the policy auto-saves."""
         return self.write(messages) if self.policy.auto_save else []
+
+    async def aobserve(self, messages: Sequence[Message]) -> list[MemoryRecord]:
+        """:meth:`observe`, awaited."""
+        return await self.store.run_in_worker(self.observe, messages)
+
+    async def aretrieve(self, query: str | None = None) -> list[ContextRecord]:
+        """:meth:`retrieve`, awaited."""
+        return await self.store.run_in_worker(self.retrieve, query)
 
     def get_context(
         self, token_limit: int | None = None, *, query: str | None = None
@@ -208,6 +234,12 @@ class AgentMemory(ABC):
         records = [self._shorten(r) if r.source == "recall" else r for r in self.retrieve(query)]
         limit = self.token_limit if token_limit is None else token_limit
         return self.context_creator.create_context(records, limit)
+
+    async def aget_context(
+        self, token_limit: int | None = None, *, query: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """:meth:`get_context`, awaited: recall, the window and fitting the budget, off the loop."""
+        return await self.store.run_in_worker(self.get_context, token_limit, query=query)
 
     def _shorten(self, item: ContextRecord) -> ContextRecord:
         message = item.record.message
@@ -227,6 +259,10 @@ class AgentMemory(ABC):
         """
         return self.store.delete(self.recall_scope, ids)
 
+    async def aforget(self, ids: Sequence[UUID | str]) -> int:
+        """:meth:`forget`, awaited."""
+        return await self.store.run_in_worker(self.forget, ids)
+
     def forget_where(self, filter: FilterSpec | Filter, *, in_recall_scope: bool = False) -> int:
         """Delete the records of the memory's own scope that match ``filter``; return how many.
 
@@ -235,10 +271,18 @@ class AgentMemory(ABC):
         """
         return self.store.delete_where(self.recall_scope if in_recall_scope else self.scope.exact(), filter)
 
+    async def aforget_where(self, filter: FilterSpec | Filter, *, in_recall_scope: bool = False) -> int:
+        """:meth:`forget_where`, awaited."""
+        return await self.store.run_in_worker(self.forget_where, filter, in_recall_scope=in_recall_scope)
+
     def clear(self) -> int:
         """Delete every record of the memory's own scope, and nothing else: not the records of
         an agent or a session below it (they belong to memories of their own)."""
         return self.store.delete_where(self.scope.exact(), {})
+
+    async def aclear(self) -> int:
+        """:meth:`clear`, awaited."""
+        return await self.store.run_in_worker(self.clear)
 
     def buffer(self) -> WriteBuffer:
         """A buffer for one parallel task's writes; :meth:`barrier` commits it.
@@ -282,6 +326,10 @@ class AgentMemory(ABC):
                 buffer.mark_committed()
             self._buffers = []
         return records
+
+    async def abarrier(self) -> list[MemoryRecord]:
+        """:meth:`barrier`, awaited."""
+        return await self.store.run_in_worker(self.barrier)
 
 
 class ChatHistoryMemory(AgentMemory):

@@ -263,6 +263,10 @@ class SessionMemory:
             revision=revision if turns or summary else None,
         )
 
+    async def aload(self, session_id: str) -> MemoryModel:
+        """:meth:`load`, awaited (on the store's workers)."""
+        return await self.store.run_in_worker(self.load, session_id)
+
     def commit(self, session_id: str, model: MemoryModel) -> MemoryModel:
         """Make the store match ``model``; summarise if its prompt is over budget.
 
@@ -298,6 +302,11 @@ class SessionMemory:
         ):
             self._summarise(scope, model, summary)
         return self.load(session_id)
+
+    async def acommit(self, session_id: str, model: MemoryModel) -> MemoryModel:
+        """:meth:`commit`, awaited (on the store's workers; a summarizer that calls a model holds
+        one meanwhile)."""
+        return await self.store.run_in_worker(self.commit, session_id, model)
 
     def _write(self, records: list[MemoryRecord]) -> None:
         if not records:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from memcore.validation import Matrix
+from memcore.workers import WorkerPool
 
 
 @runtime_checkable
@@ -33,3 +36,26 @@ class Embedder(Protocol):
         :returns: a float32 array of shape ``(len(texts), dim)``, one row per text.
         """
         ...
+
+
+class OffLoopEmbedding(ABC):
+    """Gives an embedder ``aembed``: its ``embed`` on a worker thread of the embedder's own.
+
+    One thread: a model embeds one batch at a time (using every core inside the batch), so
+    concurrent agents queue there instead of contending for the GIL. The built-in embedders
+    and :func:`~memcore.embedders.cache.cached` (whatever it wraps) have it.
+    """
+
+    _pool: WorkerPool | None = None
+    _pool_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @abstractmethod
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        """Embed a batch of texts (see :class:`Embedder`)."""
+
+    async def aembed(self, texts: Sequence[str]) -> Matrix:
+        """:meth:`embed`, awaited: model inference off the event loop."""
+        with OffLoopEmbedding._pool_lock:
+            if self._pool is None:
+                self._pool = WorkerPool(1, f"embed-{type(self).__name__}")
+        return await self._pool.run(self.embed, texts)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memcore.embedders.base import Embedder
+from memcore.embedders.base import Embedder, OffLoopEmbedding
 from memcore.errors import InvalidInputError, PluginError
 from memcore.validation import Matrix
 
@@ -54,7 +54,7 @@ def content_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
-class CachedEmbedder:
+class CachedEmbedder(OffLoopEmbedding):
     """An embedder that embeds each distinct text once and remembers the vector.
 
     It has the wrapped embedder's :attr:`name` and :attr:`dim`, so stores

@@ -22,6 +22,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from memcore.embedders.base import OffLoopEmbedding
 from memcore.errors import InvalidInputError
 from memcore.validation import Matrix
 
@@ -58,7 +59,7 @@ def _features(text: str) -> list[tuple[str, float]]:
     return features
 
 
-class HashEmbedder:
+class HashEmbedder(OffLoopEmbedding):
     """Feature-hashing embedder: deterministic across processes, no model to load.
 
     :param dim: the vector length, from 1 to :data:`MAX_DIM`.

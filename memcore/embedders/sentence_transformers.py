@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from memcore.embedders.base import OffLoopEmbedding
 from memcore.errors import InvalidInputError, PluginError, UnknownPluginError
 from memcore.validation import Matrix
 
@@ -43,7 +44,7 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 """Set (unless already set) before sentence-transformers is imported: no hub look-ups at all."""
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(OffLoopEmbedding):
     """all-MiniLM-L6-v2 on the CPU: 384-dimensional, unit-length vectors.
 
     The model is loaded when the embedder is created (importing torch takes

@@ -29,10 +29,6 @@ FACTS = [
 ]
 
 
-def _memory(store: Store, scope: Scope, **options: Any) -> LongtermMemory:
-    return LongtermMemory(store, HashEmbedder(dim=64), scope, **options)
-
-
 def _chat(memory: LongtermMemory, system: str | None = "You are a helpful assistant.") -> None:
     if system is not None:
         memory.write([Message(role="system", content=system)])
@@ -43,8 +39,12 @@ def _chat(memory: LongtermMemory, system: str | None = "You are a helpful assist
 class AgentMemoryConformance(StoreFixtures):
     """LongtermMemory over the store under test."""
 
+    def memory(self, store: Store, scope: Scope, **options: Any) -> LongtermMemory:
+        """The memory the tests use (the async suite drives it through its async twins)."""
+        return LongtermMemory(store, HashEmbedder(dim=64), scope, **options)
+
     def test_composition_is_system_then_recall_then_window(self, store: Store) -> None:
-        memory = _memory(store, new_scope(agent_id="a", session_id="s1"), window=4)
+        memory = self.memory(store, new_scope(agent_id="a", session_id="s1"), window=4)
         _chat(memory)
         items = memory.retrieve("What is the name of my cat Mochi?")
         roles = [item.record.message.role for item in items]
@@ -60,7 +60,7 @@ class AgentMemoryConformance(StoreFixtures):
         assert [r.record.created_at for r in recalled] == sorted(r.record.created_at for r in recalled)
 
     def test_recall_and_window_are_deduplicated(self, store: Store) -> None:
-        memory = _memory(store, new_scope(agent_id="a", session_id="s1"), window=50)
+        memory = self.memory(store, new_scope(agent_id="a", session_id="s1"), window=50)
         _chat(memory)
         items = memory.retrieve("Mochi the cat")
         ids = [item.record.id for item in items]
@@ -69,10 +69,10 @@ class AgentMemoryConformance(StoreFixtures):
 
     def test_recall_reaches_other_sessions_of_the_agent_but_not_other_agents(self, store: Store) -> None:
         tenant = new_scope().tenant
-        first = _memory(store, Scope(tenant=tenant, user_id="u", agent_id="a", session_id="s1"), window=2)
+        first = self.memory(store, Scope(tenant=tenant, user_id="u", agent_id="a", session_id="s1"), window=2)
         _chat(first)
-        later = _memory(store, Scope(tenant=tenant, user_id="u", agent_id="a", session_id="s2"), window=2)
-        other_agent = _memory(
+        later = self.memory(store, Scope(tenant=tenant, user_id="u", agent_id="a", session_id="s2"), window=2)
+        other_agent = self.memory(
             store, Scope(tenant=tenant, user_id="u", agent_id="b", session_id="s3"), window=2
         )
         assert any("peanuts" in i.record.message.content for i in later.retrieve("peanuts allergy"))
@@ -80,23 +80,23 @@ class AgentMemoryConformance(StoreFixtures):
 
     def test_latest_user_message_is_the_default_query(self, store: Store) -> None:
         scope = new_scope(agent_id="a", session_id="s1")
-        memory = _memory(store, scope, window=2)
+        memory = self.memory(store, scope, window=2)
         _chat(memory)
         memory.write([Message(role="user", content="Remind me: what is my sister's name and city?")])
-        fresh = _memory(store, scope, window=2)
+        fresh = self.memory(store, scope, window=2)
         recalled = [i.record.message.content for i in fresh.retrieve() if i.source == "recall"]
         assert any("Ingrid" in content for content in recalled)
 
     def test_no_user_message_means_no_recall(self, store: Store) -> None:
-        memory = _memory(store, new_scope(agent_id="a", session_id="s1"))
+        memory = self.memory(store, new_scope(agent_id="a", session_id="s1"))
         memory.write([Message(role="system", content="You are terse.")])
         assert [i.source for i in memory.retrieve()] == ["history"]
 
     def test_clear_empties_only_the_memory_scope(self, store: Store) -> None:
         tenant = new_scope().tenant
-        mine = _memory(store, Scope(tenant=tenant, agent_id="a", session_id="s1"))
-        theirs = _memory(store, Scope(tenant=tenant, agent_id="b", session_id="s1"))
-        older = _memory(store, Scope(tenant=tenant, agent_id="a", session_id="s0"))
+        mine = self.memory(store, Scope(tenant=tenant, agent_id="a", session_id="s1"))
+        theirs = self.memory(store, Scope(tenant=tenant, agent_id="b", session_id="s1"))
+        older = self.memory(store, Scope(tenant=tenant, agent_id="a", session_id="s0"))
         for memory in (mine, theirs, older):
             _chat(memory)
         assert mine.clear() == 11
@@ -106,10 +106,10 @@ class AgentMemoryConformance(StoreFixtures):
 
     def test_forget_removes_a_record_from_every_read_path(self, store: Store) -> None:
         scope = new_scope(agent_id="a", session_id="s1")
-        memory = _memory(store, scope, window=50)
+        memory = self.memory(store, scope, window=50)
         _chat(memory)
         [peanuts] = [r for r in store.list(scope) if "peanuts" in r.message.content]
-        other = _memory(store, new_scope(agent_id="a", session_id="s1"))
+        other = self.memory(store, new_scope(agent_id="a", session_id="s1"))
         assert other.forget([peanuts.id]) == 0
         assert memory.forget([peanuts.id]) == 1
         assert all(i.record.id != peanuts.id for i in memory.retrieve("peanuts allergy"))
@@ -121,7 +121,7 @@ class AgentMemoryConformance(StoreFixtures):
 
     def test_forget_where(self, store: Store) -> None:
         scope = new_scope(agent_id="a", session_id="s1")
-        memory = _memory(store, scope)
+        memory = self.memory(store, scope)
         _chat(memory)
         assert memory.forget_where({"role": "assistant"}) == len(FACTS)
         assert all(r.message.role != "assistant" for r in store.list(scope))
@@ -129,13 +129,13 @@ class AgentMemoryConformance(StoreFixtures):
     def test_forget_survives_reopen(self, store: Store, open_store: StoreFactory) -> None:
         require_durable(store)
         scope = new_scope(agent_id="a", session_id="s1")
-        memory = _memory(store, scope, window=50)
+        memory = self.memory(store, scope, window=50)
         _chat(memory)
         [peanuts] = [r for r in store.list(scope) if "peanuts" in r.message.content]
         memory.forget([peanuts.id])
         reopened = reopen(store, open_store)
         try:
-            again = _memory(reopened, scope, window=50)
+            again = self.memory(reopened, scope, window=50)
             assert all(i.record.id != peanuts.id for i in again.retrieve("peanuts allergy"))
             assert reopened.search(scope, text="peanuts") == []
         finally:
@@ -143,7 +143,7 @@ class AgentMemoryConformance(StoreFixtures):
 
     @pytest.mark.parametrize("limit", [40, 60, 90, 150, 400])
     def test_token_budget_holds(self, store: Store, limit: int) -> None:
-        memory = _memory(store, new_scope(agent_id="a", session_id="s1"), window=8)
+        memory = self.memory(store, new_scope(agent_id="a", session_id="s1"), window=8)
         _chat(memory, system="Be brief.")
         messages, tokens = memory.get_context(limit, query="cat and sister")
         assert tokens <= limit

@@ -1,8 +1,8 @@
 """The conformance suite through the async API, and the tests only an event loop can run.
 
-:class:`AsyncStoreConformance` runs the store tests of :class:`~memcore.testing.StoreConformance`
-(all but the Hypothesis differential and the agent-memory ones, whose logic the async twins share
-with the sync calls) with every store call made through its async twin (``store.add`` becomes
+:class:`AsyncStoreConformance` runs the tests of :class:`~memcore.testing.StoreConformance` (all
+but the Hypothesis differential ones, whose filter logic the async twins share with the sync
+calls) with every store and memory call made through its async twin (``store.add`` becomes
 ``await store.aadd``, on an event loop of the suite's own), plus :class:`AsyncAPITests`: many
 tasks on one loop, cancellation, and a loop that keeps running while calls are in flight::
 
@@ -23,9 +23,12 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
+from memcore.agent.memories import LongtermMemory
 from memcore.errors import StoreClosedError
 from memcore.records import MemoryRecord
+from memcore.scope import Scope
 from memcore.store import Store
+from memcore.testing.agent_memory_tests import AgentMemoryConformance
 from memcore.testing.filter_tests import FilterTests
 from memcore.testing.helpers import StoreFactory, StoreFixtures, make_record, new_scope, random_vectors
 from memcore.testing.keyword_tests import KeywordSearchTests
@@ -44,7 +47,7 @@ from memcore.testing.store_tests import (
 
 T = TypeVar("T")
 
-_ASYNC_TWINS = frozenset(
+_STORE_TWINS = frozenset(
     [
         "add",
         "get",
@@ -80,21 +83,41 @@ def run_on_suite_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coroutine, _suite_loop()).result()
 
 
-class AsyncDrivenStore:
-    """``store`` with its sync API answered by its async twins: ``add`` awaits ``aadd``.
+_MEMORY_TWINS = frozenset(
+    [
+        "write",
+        "write_records",
+        "observe",
+        "retrieve",
+        "get_context",
+        "forget",
+        "forget_where",
+        "clear",
+        "barrier",
+    ]
+)
 
-    Everything else (``name``, ``capabilities``, ``dimension``, a backend's own methods) is the
-    wrapped store's. ``with`` uses ``async with``.
-    """
 
-    def __init__(self, store: Store) -> None:
-        self.wrapped = store
+class AsyncDriven:
+    """An object whose sync methods named in ``twins`` are answered by their async twins:
+    ``add`` runs ``await wrapped.aadd`` on the suite's loop. Everything else is the wrapped
+    object's."""
+
+    def __init__(self, wrapped: Any, twins: frozenset[str]) -> None:
+        self.wrapped, self._twins = wrapped, twins
 
     def __getattr__(self, name: str) -> Any:
-        if name in _ASYNC_TWINS:
+        if name in self._twins:
             twin: Callable[..., Coroutine[Any, Any, Any]] = getattr(self.wrapped, "a" + name)
             return lambda *args, **kwargs: run_on_suite_loop(twin(*args, **kwargs))
         return getattr(self.wrapped, name)
+
+
+class AsyncDrivenStore(AsyncDriven):
+    """A store answered by its async twins; ``with`` uses ``async with``."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store, _STORE_TWINS)
 
     def __enter__(self) -> AsyncDrivenStore:
         run_on_suite_loop(self.wrapped.__aenter__())
@@ -112,6 +135,16 @@ def driven(store: Store) -> Store:
 def unwrapped(store: Store) -> Store:
     """The store an :class:`AsyncDrivenStore` drives (or ``store`` itself)."""
     return cast(Store, getattr(store, "wrapped", store))
+
+
+class AsyncAgentMemoryTests(AgentMemoryConformance):
+    """The agent-memory tests with every memory call made through its async twin."""
+
+    def memory(self, store: Store, scope: Scope, **options: Any) -> LongtermMemory:
+        # Over the store itself: the memory's twins run its sync code on the store's workers,
+        # where a store call must not wait for those same workers.
+        memory = super().memory(unwrapped(store), scope, **options)
+        return cast(LongtermMemory, AsyncDriven(memory, _MEMORY_TWINS))
 
 
 class ThroughAsyncAPI(StoreFixtures):
@@ -291,6 +324,7 @@ class AsyncStoreConformance(
     PersistenceTests,
     ConcurrencyTests,
     VectorSpaceTests,
+    AsyncAgentMemoryTests,
     AsyncAPITests,
 ):
     """The store conformance tests through the async API, and :class:`AsyncAPITests`."""

@@ -18,7 +18,8 @@ from memcore_chroma import (
 )
 
 from memcore.store import Store
-from memcore.testing import StoreConformance, StoreFactory
+from memcore.testing import AsyncStoreConformance, StoreConformance, StoreFactory
+from memcore.testing.async_api import unwrapped
 from memcore.testing.helpers import DIM, make_record, new_scope, random_vectors
 
 
@@ -48,13 +49,14 @@ class TestServerChroma(StoreConformance):
 
         (Rebuilding silently would lose other clients' concurrent writes; see the README.)
         """
-        assert isinstance(store, ChromaHttpStore)
+        server = unwrapped(store)  # the store itself, not the async suite's wrapper
+        assert isinstance(server, ChromaHttpStore)
         scope = new_scope()
         plain, with_vector = make_record(scope, "no vector"), make_record(scope, "has vector")
         store.add([plain])
         with pytest.raises(ExclusiveMaintenanceError):
             store.add([with_vector], random_vectors(1))
-        store.rebuild_exclusively(dimension=DIM)
+        server.rebuild_exclusively(dimension=DIM)
         store.add([with_vector], random_vectors(1))
         assert store.count(scope) == 2
         hits = store.search(scope, vector=random_vectors(1, seed=5)[0], limit=10)
@@ -67,3 +69,27 @@ class TestMemoryChroma(StoreConformance):
     @pytest.fixture
     def store_factory(self) -> StoreFactory:
         return ChromaMemoryStore
+
+
+class TestEmbeddedChromaAsync(AsyncStoreConformance):
+    """The store tests through the async API, on embedded Chroma."""
+
+    store_factory = TestEmbeddedChroma.store_factory
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="chromadb's Rust bindings hold the GIL for a whole insert (they free it for reads "
+        "only: chroma-core/chroma#3873, #7692), so a long embedded write stalls every thread, the "
+        "event loop's too: 433 ms late for a 500-record add taking 373 ms. Fix planned: smaller writes.",
+    )
+    def test_the_loop_keeps_beating_while_a_long_call_runs(self, store: Store) -> None:
+        super().test_the_loop_keeps_beating_while_a_long_call_runs(store)
+
+
+class TestServerChromaAsync(AsyncStoreConformance):
+    """The store tests through the async API, on the Chroma server."""
+
+    store_factory = TestServerChroma.store_factory
+    test_records_without_vectors_are_stored_but_not_vector_searchable = (
+        TestServerChroma.test_records_without_vectors_are_stored_but_not_vector_searchable
+    )

@@ -135,6 +135,9 @@ class PgvectorStore(BaseStore):
                 self._pool.close()
                 raise
 
+    def _worker_count(self) -> int:
+        return POOL_SIZE  # one async call per pooled connection
+
     def _open_pool(self) -> ConnectionPool[Any]:
         pool: ConnectionPool[Any] = ConnectionPool(
             self._conninfo,

@@ -6,7 +6,7 @@ import pytest
 from conftest import with_table
 from memcore_pgvector import PgvectorStore
 
-from memcore.testing import StoreConformance, StoreFactory
+from memcore.testing import AsyncStoreConformance, StoreConformance, StoreFactory
 
 
 class TestPgvectorStore(StoreConformance):
@@ -16,3 +16,9 @@ class TestPgvectorStore(StoreConformance):
     def store_factory(self, postgres_uri: str, table_name: str) -> StoreFactory:
         url = with_table(postgres_uri, table_name)
         return lambda: PgvectorStore.from_url(url)
+
+
+class TestPgvectorStoreAsync(AsyncStoreConformance):
+    """The store tests through the async API, on the same server."""
+
+    store_factory = TestPgvectorStore.store_factory

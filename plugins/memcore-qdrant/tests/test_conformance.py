@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from memcore_qdrant import QdrantMemoryStore, QdrantStore
 
-from memcore.testing import StoreConformance, StoreFactory
+from memcore.testing import AsyncStoreConformance, StoreConformance, StoreFactory
 
 RAM_FOLDER = Path("/dev/shm")
 
@@ -61,3 +61,17 @@ class TestClientEngineOnLocalMode(StoreConformance):
     @pytest.fixture
     def store_factory(self, tmp_path: Path) -> StoreFactory:
         return lambda: QdrantStore.open_local_client(tmp_path / "local")
+
+
+class TestEmbeddedStoreAsync(AsyncStoreConformance):
+    """The store tests through the async API, on Qdrant Edge in a folder."""
+
+    keyword_scores_exact = False
+    store_factory = TestEmbeddedStore.store_factory
+
+
+class TestClientEngineOnLocalModeAsync(AsyncStoreConformance):
+    """The store tests through the async API, on the server path's engine."""
+
+    keyword_scores_exact = False
+    store_factory = TestClientEngineOnLocalMode.store_factory
