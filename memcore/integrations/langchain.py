@@ -108,30 +108,34 @@ class MemcoreVectorStore(VectorStore):
         :param ids: one id per document; otherwise each document's own ``id``, or a new UUID.
         :returns: the documents' ids.
         """
-        _refuse_options(kwargs)
-        if ids is not None and len(ids) != len(documents):
-            raise InvalidInputError(f"{len(ids)} ids for {len(documents)} documents")
-        given: list[str | None] = list(ids) if ids is not None else [None] * len(documents)
-        document_ids = [
-            _check_id(i if i is not None else doc.id or str(uuid4()))
-            for i, doc in zip(given, documents, strict=True)
-        ]
-        if not documents:
-            return []
-        # The last of repeated ids wins, as with writing them one by one.
-        latest = {document_id: doc for document_id, doc in zip(document_ids, documents, strict=True)}
+        document_ids, latest = _identified(documents, ids, kwargs)
+        if latest:
+            self._write(
+                latest, self._embedding.embed_documents([doc.page_content for doc in latest.values()])
+            )
+        return document_ids
+
+    async def aadd_documents(
+        self, documents: list[Document], ids: list[str] | None = None, **kwargs: Any
+    ) -> list[str]:
+        """:meth:`add_documents`, awaited: the embeddings' async API, then the store's workers."""
+        document_ids, latest = _identified(documents, ids, kwargs)
+        if latest:
+            texts = [doc.page_content for doc in latest.values()]
+            await self.store.run_in_worker(self._write, latest, await self._embedding.aembed_documents(texts))
+        return document_ids
+
+    def _write(self, latest: dict[str, Document], vectors: list[list[float]]) -> None:
         stored = self._stored(list(latest))
         records = [
             self._record(stored[i][0].id if i in stored else uuid4(), i, doc) for i, doc in latest.items()
         ]
-        vectors = self._embedding.embed_documents([doc.page_content for doc in latest.values()])
         self._bind(len(vectors[0]))
         self.store.add(records, vectors)
         # Records a concurrent add of the same new id left behind: keep the one just replaced.
         extra = [record.id for found in stored.values() for record in found[1:]]
         if extra:
             self.store.delete(self._own, extra)
-        return document_ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
         """Delete these documents of the scope (missing ids are ignored), or with ``None`` all of them.
@@ -147,6 +151,10 @@ class MemcoreVectorStore(VectorStore):
             self.store.delete_where(self._own, _with_ids(wanted[start : start + _IDS_PER_READ]))
         return True
 
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """:meth:`delete`, awaited (on the store's workers)."""
+        return await self.store.run_in_worker(self.delete, ids, **kwargs)
+
     # -- reads ------------------------------------------------------------------------------
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
@@ -154,6 +162,10 @@ class MemcoreVectorStore(VectorStore):
         wanted = list(dict.fromkeys(_check_id(i) for i in ids))
         stored = self._stored(wanted)
         return [_document(stored[i][0]) for i in wanted if i in stored]
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        """:meth:`get_by_ids`, awaited (on the store's workers)."""
+        return await self.store.run_in_worker(self.get_by_ids, ids)
 
     def similarity_search(
         self, query: str, k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
@@ -172,12 +184,36 @@ class MemcoreVectorStore(VectorStore):
         _refuse_options(kwargs)
         return self._search(self._embedding.embed_query(query), k, filter)
 
+    async def asimilarity_search(
+        self, query: str, k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """:meth:`similarity_search`, awaited."""
+        hits = await self.asimilarity_search_with_score(query, k, filter=filter, **kwargs)
+        return [doc for doc, _ in hits]
+
+    async def asimilarity_search_with_score(
+        self, query: str, k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """:meth:`similarity_search_with_score`, awaited: the embeddings' async API, then the
+        store's workers."""
+        _refuse_options(kwargs)
+        vector = await self._embedding.aembed_query(query)
+        return await self.store.run_in_worker(self._search, vector, k, filter)
+
     def similarity_search_by_vector(
         self, embedding: list[float], k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
     ) -> list[Document]:
         """The ``k`` documents most similar to ``embedding``, best first."""
         _refuse_options(kwargs)
         return [doc for doc, _ in self._search(embedding, k, filter)]
+
+    async def asimilarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, *, filter: FilterSpec | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """:meth:`similarity_search_by_vector`, awaited (on the store's workers)."""
+        return await self.store.run_in_worker(
+            self.similarity_search_by_vector, embedding, k, filter=filter, **kwargs
+        )
 
     def max_marginal_relevance_search(
         self,
@@ -194,6 +230,44 @@ class MemcoreVectorStore(VectorStore):
         _refuse_options(kwargs)
         vector = self._embedding.embed_query(query)
         return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter=filter)
+
+    async def amax_marginal_relevance_search(
+        self,
+        query: str,
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        *,
+        filter: FilterSpec | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """:meth:`max_marginal_relevance_search`, awaited."""
+        _refuse_options(kwargs)
+        vector = await self._embedding.aembed_query(query)
+        return await self.amax_marginal_relevance_search_by_vector(
+            vector, k, fetch_k, lambda_mult, filter=filter
+        )
+
+    async def amax_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        *,
+        filter: FilterSpec | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """:meth:`max_marginal_relevance_search_by_vector`, awaited (on the store's workers)."""
+        return await self.store.run_in_worker(
+            self.max_marginal_relevance_search_by_vector,
+            embedding,
+            k,
+            fetch_k,
+            lambda_mult,
+            filter=filter,
+            **kwargs,
+        )
 
     def max_marginal_relevance_search_by_vector(
         self,
@@ -376,6 +450,22 @@ def _check_id(document_id: object) -> str:
     except UnicodeEncodeError:
         raise InvalidInputError(f"a document id is valid Unicode text, got {document_id!r}") from None
     return document_id
+
+
+def _identified(
+    documents: list[Document], ids: list[str] | None, options: dict[str, Any]
+) -> tuple[list[str], dict[str, Document]]:
+    """The documents' ids (given, the document's own, or new), and the documents to write by id
+    (the last of repeated ids wins, as with writing them one by one)."""
+    _refuse_options(options)
+    if ids is not None and len(ids) != len(documents):
+        raise InvalidInputError(f"{len(ids)} ids for {len(documents)} documents")
+    given: list[str | None] = list(ids) if ids is not None else [None] * len(documents)
+    document_ids = [
+        _check_id(i if i is not None else doc.id or str(uuid4()))
+        for i, doc in zip(given, documents, strict=True)
+    ]
+    return document_ids, dict(zip(document_ids, documents, strict=True))
 
 
 def _refuse_options(options: dict[str, Any]) -> None:

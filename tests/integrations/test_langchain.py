@@ -343,3 +343,52 @@ def test_hostile_filters_metadata_and_ids_are_typed_errors(store: Store) -> None
             call()
     assert [d.id for d in docs.similarity_search("a", k=5, filter=_nested(31))] == []
     assert store.count(SCOPE) == 1
+
+
+class AsyncOnlyEmbeddings(DeterministicFakeEmbedding):
+    """Embeddings whose sync methods fail: the adapter's async methods must use the async API."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise AssertionError("an async method embedded synchronously")
+
+    def embed_query(self, text: str) -> list[float]:
+        raise AssertionError("an async method embedded synchronously")
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [super(AsyncOnlyEmbeddings, self).embed_query(text) for text in texts]
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return super().embed_query(text)
+
+
+def test_async_methods_embed_with_the_async_api_and_use_the_stores_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with open_store("memory://") as store:
+        docs = MemcoreVectorStore(store, SCOPE, AsyncOnlyEmbeddings(size=16))
+        offloaded: list[str] = []
+        run_in_worker = store.run_in_worker
+
+        async def counting(fn: object, *args: object, **kwargs: object) -> object:
+            offloaded.append(getattr(fn, "__name__", "?"))
+            return await run_in_worker(fn, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "run_in_worker", counting)
+
+        async def main() -> list[Document]:
+            await docs.aadd_documents([Document("alpha"), Document("beta")], ids=["a", "b"])
+            found = await docs.asimilarity_search("alpha", k=1)
+            found += await docs.amax_marginal_relevance_search("beta", k=1, fetch_k=2)
+            found += await docs.aget_by_ids(["a"])
+            await docs.adelete(["a", "b"])
+            return found
+
+        assert [d.page_content for d in asyncio.run(main())] == ["alpha", "beta", "alpha"]
+        assert offloaded == [
+            "_write",
+            "_search",
+            "max_marginal_relevance_search_by_vector",
+            "get_by_ids",
+            "delete",
+        ]
+        assert store.count(SCOPE) == 0
