@@ -51,6 +51,12 @@ def test_memories_code_runs(tmp_path: Path) -> None:
     assert namespace["memory"].store.count(namespace["session"]) == 1
 
 
+def test_async_code_runs() -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(_python_block("## Async"), "README async", "exec"), namespace)
+    assert len(namespace["token_counts"]) == 8 and all(tokens > 0 for tokens in namespace["token_counts"])
+
+
 def test_langchain_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(_python_block("## Integrations"), "README integrations", "exec"), {})
     assert "Document(id='1'" in capsys.readouterr().out

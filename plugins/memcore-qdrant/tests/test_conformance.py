@@ -70,6 +70,13 @@ class TestEmbeddedStoreAsync(AsyncStoreConformance):
     store_factory = TestEmbeddedStore.store_factory
 
 
+class TestInMemoryStoreAsync(AsyncStoreConformance):
+    """The store tests through the async API, on Qdrant Edge in a temporary folder."""
+
+    keyword_scores_exact = False
+    store_factory = TestInMemoryStore.store_factory
+
+
 class TestClientEngineOnLocalModeAsync(AsyncStoreConformance):
     """The store tests through the async API, on the server path's engine."""
 
