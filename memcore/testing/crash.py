@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -74,16 +74,19 @@ def _read_acknowledged(writer: subprocess.Popen[bytes], wanted: int, timeout: fl
     assert writer.stdout is not None
     output = b""
     deadline = time.monotonic() + timeout
-    while output.count(b"\nack ") + output.startswith(b"ack ") < wanted:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        ready, _, _ = select.select([writer.stdout], [], [], remaining)
-        if ready:
-            chunk = os.read(writer.stdout.fileno(), 1 << 16)
-            if not chunk:
+    # A selector, not select.select: that refuses descriptors above 1023, which a test process
+    # holding many connections reaches.
+    with selectors.DefaultSelector() as selector:
+        selector.register(writer.stdout, selectors.EVENT_READ)
+        while output.count(b"\nack ") + output.startswith(b"ack ") < wanted:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 break
-            output += chunk
+            if selector.select(remaining):
+                chunk = os.read(writer.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                output += chunk
     return output
 
 

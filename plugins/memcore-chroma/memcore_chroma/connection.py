@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import chromadb
+import httpx
 from chromadb.api import ClientAPI
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
@@ -320,4 +321,15 @@ def http(host: str, port: int, ssl: bool, tenant: str, database: str) -> Connect
                 "on the server first"
             ) from exc.__cause__
         raise
-    return Connection(SharedClient(client), None, lambda: close_client(client), counts_deletes=False)
+    return Connection(SharedClient(client), None, lambda: _close_http_client(client), counts_deletes=False)
+
+
+def _close_http_client(client: ClientAPI) -> None:
+    """Close an ``HttpClient`` and its HTTP connections: chromadb's ``close()`` stops the systems of
+    the client and of its admin client (each with an ``httpx.Client`` of its own) but leaves their
+    connections open, two sockets per store opened and closed."""
+    close_client(client)
+    for owner in (client, getattr(client, "_admin_client", None)):
+        session = getattr(getattr(owner, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.close()

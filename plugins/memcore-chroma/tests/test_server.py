@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,23 @@ def test_a_restarting_server_is_unavailable_then_works_again(tmp_path: Path) -> 
             assert store.search(scope, vector=random_vectors(1)[0], limit=1)[0].record.id == record.id
         finally:
             store.close()
+
+
+def test_closing_a_store_closes_its_http_connections(chroma_server: ChromaServer) -> None:
+    """A service that opens a store per request must not run out of file descriptors."""
+
+    def sockets() -> int:
+        count = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+                count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        return count
+
+    address = ServerAddress("127.0.0.1", chroma_server.port, ssl=False)
+    ChromaHttpStore(address, collection="sockets").close()  # chromadb's one-time setup
+    before = sockets()
+    for _ in range(20):
+        store = ChromaHttpStore(address, collection="sockets")
+        store.add([make_record(Scope(tenant="t"))], random_vectors(1))
+        store.close()
+    assert sockets() - before <= 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -47,15 +47,16 @@ def _read_lines(writer: subprocess.Popen[bytes], wanted: int, timeout: float) ->
     lines: list[bytes] = []
     pending = b""
     deadline = time.monotonic() + timeout
-    while len(lines) < wanted:
-        remaining = deadline - time.monotonic()
-        assert remaining > 0, "the writer acknowledged too few batches in time"
-        ready, _, _ = select.select([writer.stdout], [], [], remaining)
-        if ready:
-            chunk = os.read(writer.stdout.fileno(), 1 << 16)
-            assert chunk, "the writer died before it was killed"
-            *complete, pending = (pending + chunk).split(b"\n")
-            lines += complete
+    with selectors.DefaultSelector() as selector:  # select.select refuses descriptors above 1023
+        selector.register(writer.stdout, selectors.EVENT_READ)
+        while len(lines) < wanted:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, "the writer acknowledged too few batches in time"
+            if selector.select(remaining):
+                chunk = os.read(writer.stdout.fileno(), 1 << 16)
+                assert chunk, "the writer died before it was killed"
+                *complete, pending = (pending + chunk).split(b"\n")
+                lines += complete
     return lines
 
 
