@@ -52,6 +52,33 @@ def test_the_agent_loop_recalls_as_asked(tmp_path: Path) -> None:
     assert "| memory:// | dense | 400 |" in (out / "results.md").read_text()
 
 
+def test_the_concurrency_workload_runs_async_beside_threads(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    arguments = ["bench", "--concurrency", "1,4", "--quick", "--stores", "memory://", "--embedder", "hash"]
+    assert main([*arguments, "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["concurrency"]
+    assert [(row["agents"], row["api"]) for row in rows] == [
+        (1, "async"),
+        (1, "threads"),
+        (4, "async"),
+        (4, "threads"),
+    ]
+    for row in rows:
+        assert row["contexts"] == 3 * row["agents"] and row["contexts_per_s"] > 0
+        assert row["get_context_p50_ms"] > 0 and row["loop_lag_p99_ms"] >= 0
+    # The async API runs on the store's one worker; the thread pool has a thread per agent.
+    assert rows[2]["peak_threads"] < rows[3]["peak_threads"]
+    assert "| memory:// | 4 | async |" in (out / "results.md").read_text()
+
+
+@pytest.mark.parametrize("counts", ["0", "a,b", ""])
+def test_the_concurrency_workload_refuses_bad_agent_counts(
+    tmp_path: Path, counts: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--concurrency", counts, "--stores", "memory://", "--out", str(tmp_path)]) == 1
+    assert "--concurrency takes agent counts" in capsys.readouterr().err
+
+
 def test_locomo_recall_on_a_small_conversation(tmp_path: Path) -> None:
     turns = [
         {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat called Mochi last week."},

@@ -14,6 +14,7 @@ from typing import Any, get_args
 
 from memcore.agent.recall import RecallMode
 from memcore.bench.agent_loop import run_agent_loop
+from memcore.bench.concurrency import concurrency_table, run_concurrency
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
 from memcore.bench.locomo import run_locomo
 from memcore.bench.overhead import adapter_overhead
@@ -75,6 +76,14 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         default="auto",
         help="how the agent loop's memories recall (default: the store's own default)",
     )
+    parser.add_argument(
+        "--concurrency",
+        nargs="?",
+        const="1,8,64",
+        metavar="N,N,...",
+        help="run only the concurrency workload: N agents on one event loop through the async API, "
+        "beside the sync API on a thread pool of N (default agent counts: 1,8,64)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes and few queries: a smoke run")
     parser.set_defaults(run=run)
 
@@ -128,14 +137,19 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": _machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     with ProgressBars() as bars:
-        if args.data.endswith(".json"):
+        if args.concurrency is not None:
+            results["concurrency"] = _run_concurrency(args, bars)
+        elif args.data.endswith(".json"):
             results["locomo"] = run_locomo(
                 Path(args.data), open_embedder(args.embedder), bars.labelled("LoCoMo")
             )
         else:
             _run_workloads(args, results, bars)
     write_json(results, out)
-    if "locomo" in results:
+    if "concurrency" in results:
+        table = concurrency_table(results["concurrency"])
+        outputs = "results.json, results.md"
+    elif "locomo" in results:
         table = locomo_table(results["locomo"])
         outputs = "results.json, results.md"
     else:
@@ -176,6 +190,24 @@ def _run_workloads(args: argparse.Namespace, results: dict[str, Any], bars: Prog
             run_agent_loop(url, embedder, turns, questions, bars.labelled(url), recall_mode=args.recall)
             for url in stores
         ]
+
+
+def _run_concurrency(args: argparse.Namespace, bars: ProgressBars) -> list[dict[str, Any]]:
+    try:
+        counts = [int(n) for n in args.concurrency.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise InvalidInputError(f"--concurrency takes agent counts such as 1,8,64, got {args.concurrency!r}")
+    embedder = open_embedder(args.embedder)
+    turns = 3 if args.quick else 10
+    stores = args.stores.split(",") if args.stores else default_stores()
+    return [
+        run_concurrency(url, embedder, agents, turns, api, bars.labelled(url))
+        for url in stores
+        for agents in counts
+        for api in ("async", "threads")
+    ]
 
 
 def _check_bench_extra() -> None:
