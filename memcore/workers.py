@@ -19,7 +19,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from memcore.errors import InvalidInputError
@@ -58,8 +58,15 @@ class WorkerPool:
 
         :raises Exception: ``closed_error()`` after :meth:`shutdown`.
         """
+        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
+
+    def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """Start ``fn(*args, **kwargs)`` on a worker, with the caller's context variables.
+
+        :raises Exception: ``closed_error()`` after :meth:`shutdown`.
+        """
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._started(), call)
+        return self._started().submit(call)
 
     def in_worker(self) -> bool:
         """Whether the calling thread is one of this pool's workers."""

@@ -29,7 +29,7 @@ from collections.abc import Collection, Sequence
 from typing import Any, Literal
 from uuid import UUID
 
-from memcore.agent.blocks import PINNED_ROLES, ChatHistoryBlock, VectorBlock, check_in_scope
+from memcore.agent.blocks import PINNED_ROLES, ChatHistoryBlock, VectorBlock, check_in_scope, embedding_text
 from memcore.agent.context import ContextCreator, ScoreBasedContextCreator
 from memcore.agent.policy import MemoryPolicy
 from memcore.embedders.base import Embedder
@@ -209,11 +209,18 @@ class AgentMemory(ABC):
         metadata: dict[str, MetadataValue] | None = None,
     ) -> list[MemoryRecord]:
         """:meth:`write`, awaited (on the store's workers, as every async twin of a memory)."""
+        await self._embed_ahead([embedding_text(message) for message in messages])
         return await self.store.run_in_worker(self.write, messages, kind=kind, metadata=metadata)
 
     async def awrite_records(self, records: Sequence[MemoryRecord]) -> None:
         """:meth:`write_records`, awaited."""
+        await self._embed_ahead([embedding_text(record.message) for record in records])
         await self.store.run_in_worker(self.write_records, records)
+
+    async def _embed_ahead(self, texts: list[str]) -> None:
+        """Before a twin runs on the store's workers: embed what it will, where a memory embeds
+        (:class:`VectorMemory`), so that the store's workers never wait for the model."""
+        return None
 
     def observe(self, messages: Sequence[Message]) -> list[MemoryRecord]:
         """Store the turns an agent loop shows the memory, if the policy auto-saves."""
@@ -221,10 +228,13 @@ class AgentMemory(ABC):
 
     async def aobserve(self, messages: Sequence[Message]) -> list[MemoryRecord]:
         """:meth:`observe`, awaited."""
+        if self.policy.auto_save:
+            await self._embed_ahead([embedding_text(message) for message in messages])
         return await self.store.run_in_worker(self.observe, messages)
 
     async def aretrieve(self, query: str | None = None) -> list[ContextRecord]:
         """:meth:`retrieve`, awaited."""
+        await self._embed_ahead([] if query is None else [query])
         return await self.store.run_in_worker(self.retrieve, query)
 
     def get_context(
@@ -239,6 +249,7 @@ class AgentMemory(ABC):
         self, token_limit: int | None = None, *, query: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
         """:meth:`get_context`, awaited: recall, the window and fitting the budget, off the loop."""
+        await self._embed_ahead([] if query is None else [query])
         return await self.store.run_in_worker(self.get_context, token_limit, query=query)
 
     def _shorten(self, item: ContextRecord) -> ContextRecord:
@@ -374,6 +385,11 @@ class VectorMemory(AgentMemory):
     @property
     def recall_scope(self) -> Scope:
         return self.recall_block.scope
+
+    async def _embed_ahead(self, texts: list[str]) -> None:
+        # On the embedder's own worker, into its cache, where the sync logic then finds them.
+        if texts:
+            await self.embedder.aembed(texts)
 
     def _store_records(self, records: Sequence[MemoryRecord]) -> None:
         self.recall_block.write_records(records)

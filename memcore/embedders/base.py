@@ -7,8 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar, Protocol, runtime_checkable
 
+from memcore.embedders.batching import BatchingWorker
 from memcore.validation import Matrix
-from memcore.workers import WorkerPool
 
 
 @runtime_checkable
@@ -39,23 +39,31 @@ class Embedder(Protocol):
 
 
 class OffLoopEmbedding(ABC):
-    """Gives an embedder ``aembed``: its ``embed`` on a worker thread of the embedder's own.
+    """Gives an embedder ``aembed``: its ``embed`` on a worker thread of the model's own, where
+    requests that wait together are embedded in one call (:mod:`memcore.embedders.batching`).
 
-    One thread: a model embeds one batch at a time (using every core inside the batch), so
-    concurrent agents queue there instead of contending for the GIL. The built-in embedders
-    and :func:`~memcore.embedders.cache.cached` (whatever it wraps) have it.
+    One thread per model: concurrent agents queue there, in one batch, instead of contending
+    for the GIL and the model's threads. The built-in embedders and
+    :func:`~memcore.embedders.cache.cached` (whatever it wraps) have it.
     """
 
-    _pool: WorkerPool | None = None
-    _pool_lock: ClassVar[threading.Lock] = threading.Lock()
+    _worker: BatchingWorker | None = None
+    _worker_lock: ClassVar[threading.Lock] = threading.Lock()
 
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> Matrix:
         """Embed a batch of texts (see :class:`Embedder`)."""
 
     async def aembed(self, texts: Sequence[str]) -> Matrix:
-        """:meth:`embed`, awaited: model inference off the event loop."""
-        with OffLoopEmbedding._pool_lock:
-            if self._pool is None:
-                self._pool = WorkerPool(1, f"embed-{type(self).__name__}")
-        return await self._pool.run(self.embed, texts)
+        """:meth:`embed`, awaited: model inference off the event loop, batched with other callers'.
+
+        :raises InvalidInputError: as :meth:`embed` does.
+        """
+        return await self._batching_worker().embed(texts)
+
+    def _batching_worker(self) -> BatchingWorker:
+        """The worker this embedder's model runs on."""
+        with OffLoopEmbedding._worker_lock:
+            if self._worker is None:
+                self._worker = BatchingWorker(self.embed, f"embed-{type(self).__name__}")
+            return self._worker

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memcore.embedders.base import Embedder, OffLoopEmbedding
+from memcore.embedders.batching import BatchingWorker, checked_texts
 from memcore.errors import InvalidInputError, PluginError
 from memcore.validation import Matrix
 
@@ -80,6 +81,7 @@ class CachedEmbedder(OffLoopEmbedding):
         # _lock guards the dictionary and counters; _embed_lock serialises calls to the inner embedder.
         self._lock = threading.Lock()
         self._embed_lock = threading.Lock()
+        self._own_worker: BatchingWorker | None = None
 
     @property
     def inner(self) -> Embedder:
@@ -101,6 +103,27 @@ class CachedEmbedder(OffLoopEmbedding):
         """The most vectors the cache holds."""
         return self._max_entries
 
+    async def aembed(self, texts: Sequence[str]) -> Matrix:
+        """:meth:`embed`, awaited. Cached texts are answered at once (a recall query never queues
+        behind other agents' writes); the others go to the model's worker, in one call with
+        whatever else waits there."""
+        keys = _keys(texts)
+        found: dict[bytes, Matrix] = {}
+        missing = self._lookup(keys, texts, found)
+        if missing:
+            self._keep(missing, await self._batching_worker().embed(list(missing.values())), found)
+        return self._assembled(keys, found, len(missing))
+
+    def _batching_worker(self) -> BatchingWorker:
+        # Every cache in front of one model shares the model's worker: memories each wrap the
+        # embedder they are given, and sixty-four of them must make one batch, not sixty-four.
+        if isinstance(self._inner, OffLoopEmbedding):
+            return self._inner._batching_worker()
+        with self._lock:
+            if self._own_worker is None:
+                self._own_worker = BatchingWorker(self._inner.embed, f"embed-{self.name}")
+            return self._own_worker
+
     def embed(self, texts: Sequence[str]) -> Matrix:
         """Embed texts, calling the wrapped embedder at most once, for the texts not cached.
 
@@ -112,13 +135,7 @@ class CachedEmbedder(OffLoopEmbedding):
         :raises InvalidInputError: if ``texts`` is a string or holds a non-string.
         :raises PluginError: if the wrapped embedder returns an array of the wrong shape.
         """
-        if isinstance(texts, str) or not isinstance(texts, Sequence):
-            raise InvalidInputError("embed() takes a sequence of strings; wrap a single text as [text]")
-        keys: list[bytes] = []
-        for index, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise InvalidInputError(f"embed() takes strings, got {type(text).__name__} at index {index}")
-            keys.append(content_key(text))
+        keys = _keys(texts)
         found: dict[bytes, Matrix] = {}
         missing = self._lookup(keys, texts, found)
         if missing:
@@ -126,13 +143,16 @@ class CachedEmbedder(OffLoopEmbedding):
                 # Another thread may have embedded some of them while this one waited.
                 missing = self._lookup(list(missing), list(missing.values()), found)
                 if missing:
-                    self._embed_missing(missing, found)
+                    self._keep(missing, self._inner.embed(list(missing.values())), found)
+        return self._assembled(keys, found, len(missing))
+
+    def _assembled(self, keys: list[bytes], found: dict[bytes, Matrix], misses: int) -> Matrix:
         matrix = np.empty((len(keys), self.dim), dtype=np.float32)
         for row, key in enumerate(keys):
             matrix[row] = found[key]
         with self._lock:
-            self._misses += len(missing)
-            self._hits += len(keys) - len(missing)
+            self._misses += misses
+            self._hits += len(keys) - misses
         return matrix
 
     def _lookup(
@@ -150,8 +170,8 @@ class CachedEmbedder(OffLoopEmbedding):
                     found[key] = vector
         return missing
 
-    def _embed_missing(self, missing: dict[bytes, str], found: dict[bytes, Matrix]) -> None:
-        vectors = np.asarray(self._inner.embed(list(missing.values())), dtype=np.float32)
+    def _keep(self, missing: dict[bytes, str], embedded: Matrix, found: dict[bytes, Matrix]) -> None:
+        vectors = np.asarray(embedded, dtype=np.float32)
         if vectors.shape != (len(missing), self.dim):
             raise PluginError(
                 f"the embedder {self.name!r} returned an array of shape {vectors.shape} for "
@@ -175,6 +195,10 @@ class CachedEmbedder(OffLoopEmbedding):
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self._inner!r}, max_entries={self._max_entries})"
+
+
+def _keys(texts: Sequence[str]) -> list[bytes]:
+    return [content_key(text) for text in checked_texts(texts)]
 
 
 def cached(embedder: Embedder) -> CachedEmbedder:

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.embedders.base import OffLoopEmbedding
+from memcore.embedders.batching import checked_texts
 from memcore.errors import InvalidInputError
 from memcore.validation import Matrix
 
@@ -87,12 +88,9 @@ class HashEmbedder(OffLoopEmbedding):
         :returns: a float32 array of shape ``(len(texts), dim)``; no row is all zeros.
         :raises InvalidInputError: if ``texts`` is a string or holds a non-string.
         """
-        if isinstance(texts, str) or not isinstance(texts, Sequence):
-            raise InvalidInputError("embed() takes a sequence of strings; wrap a single text as [text]")
+        texts = checked_texts(texts)
         matrix = np.zeros((len(texts), self._dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise InvalidInputError(f"embed() takes strings, got {type(text).__name__} at index {row}")
             matrix[row] = self._embed_one(text)
         return matrix
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from memcore.embedders.base import OffLoopEmbedding
+from memcore.embedders.batching import checked_texts
 from memcore.errors import InvalidInputError, PluginError, UnknownPluginError
 from memcore.validation import Matrix
 
@@ -97,11 +98,7 @@ class SentenceTransformerEmbedder(OffLoopEmbedding):
         :returns: a float32 array of shape ``(len(texts), dim)``; ``(0, dim)`` for no texts.
         :raises InvalidInputError: if ``texts`` is a string or holds a non-string.
         """
-        if isinstance(texts, str) or not isinstance(texts, Sequence):
-            raise InvalidInputError("embed() takes a sequence of strings; wrap a single text as [text]")
-        for index, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise InvalidInputError(f"embed() takes strings, got {type(text).__name__} at index {index}")
+        texts = checked_texts(texts)
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
         vectors = self._model.encode(

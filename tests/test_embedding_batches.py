@@ -1,0 +1,106 @@
+"""``aembed``: model inference off the event loop, with concurrent requests embedded in one call."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from memcore.embedders.base import OffLoopEmbedding
+from memcore.embedders.cache import cached
+from memcore.embedders.hashing import HashEmbedder
+from memcore.errors import InvalidInputError, PluginError
+from memcore.validation import Matrix
+
+
+class SlowModel(OffLoopEmbedding):
+    """A model whose every call takes 50 ms, noting the batches it was given and its thread."""
+
+    name = "slow"
+    dim = 16
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.threads: set[int] = set()
+        self._hash = HashEmbedder(dim=16)
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.calls.append(list(texts))
+        self.threads.add(threading.get_ident())
+        time.sleep(0.05)
+        return self._hash.embed(texts)
+
+
+def test_concurrent_requests_share_calls_and_each_gets_its_own_rows() -> None:
+    model = SlowModel()
+    requests = [[f"agent {i} says {j}" for j in range(i % 3 + 1)] for i in range(20)]
+
+    async def main() -> tuple[list[Matrix], int]:
+        results = await asyncio.gather(*(model.aembed(texts) for texts in requests))
+        return results, threading.get_ident()
+
+    results, loop_thread = asyncio.run(main())
+    for texts, rows in zip(requests, results, strict=True):
+        np.testing.assert_array_equal(rows, HashEmbedder(dim=16).embed(texts))
+    assert len(model.calls) <= 3, [len(call) for call in model.calls]  # 20 requests, not 20 calls
+    assert sorted(t for call in model.calls for t in call) == sorted(t for texts in requests for t in texts)
+    assert loop_thread not in model.threads and len(model.threads) == 1
+
+
+def test_a_bad_request_fails_alone() -> None:
+    model = SlowModel()
+
+    async def main() -> list[Matrix | BaseException]:
+        good = [model.aembed(["fine"]) for _ in range(3)]
+        bad = model.aembed([1, "x"])  # type: ignore[list-item]
+        return await asyncio.gather(*good, bad, return_exceptions=True)
+
+    *good, bad = asyncio.run(main())
+    assert isinstance(bad, InvalidInputError)
+    assert all(isinstance(rows, np.ndarray) and rows.shape == (1, 16) for rows in good)
+
+
+def test_a_cancelled_request_leaves_the_others_their_rows() -> None:
+    model = SlowModel()
+
+    async def main() -> list[Matrix]:
+        first = asyncio.create_task(model.aembed(["occupies the model"]))
+        await asyncio.sleep(0.01)
+        waiting = [asyncio.create_task(model.aembed([f"text {i}"])) for i in range(4)]
+        await asyncio.sleep(0)
+        waiting[1].cancel()
+        done = await asyncio.gather(first, waiting[0], waiting[2], waiting[3])
+        return list(done)
+
+    rows = asyncio.run(main())
+    assert [r.shape for r in rows] == [(1, 16)] * 4
+    assert ["text 1"] not in model.calls and all("text 1" not in call for call in model.calls)
+
+
+def test_a_model_returning_too_few_rows_is_a_plugin_error() -> None:
+    class Short(SlowModel):
+        def embed(self, texts: Sequence[str]) -> Matrix:
+            return super().embed(texts)[:-1]
+
+    with pytest.raises(PluginError):
+        asyncio.run(Short().aembed(["a", "b"]))
+
+
+def test_caches_in_front_of_one_model_share_its_worker_and_answer_hits_at_once() -> None:
+    model = SlowModel()
+    first, second = cached(model), cached(model)
+    assert first is not second and first._batching_worker() is second._batching_worker()
+
+    async def main() -> list[Matrix]:
+        return list(await asyncio.gather(first.aembed(["a", "b"]), second.aembed(["b", "c"])))
+
+    rows = asyncio.run(main())
+    np.testing.assert_array_equal(rows[0][1], rows[1][0])
+    calls = len(model.calls)
+    asyncio.run(first.aembed(["a", "b"]))  # cached: answered without the model's worker
+    assert len(model.calls) == calls
+    assert first.stats().hits == 2
