@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -104,3 +105,31 @@ def test_caches_in_front_of_one_model_share_its_worker_and_answer_hits_at_once()
     asyncio.run(first.aembed(["a", "b"]))  # cached: answered without the model's worker
     assert len(model.calls) == calls
     assert first.stats().hits == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_embeds_with_a_worker_of_its_own() -> None:
+    """A child forked while the parent's model was busy and a request waited must not wait for a
+    flush that only the parent's thread would run."""
+    model = SlowModel()
+
+    async def in_flight() -> None:
+        running = asyncio.create_task(model.aembed(["parent"]))
+        await asyncio.sleep(0.01)  # the parent's first call is running (50 ms)
+        waiting = asyncio.create_task(model.aembed(["parent, waiting"]))
+        await asyncio.sleep(0)  # queued, its flush scheduled behind the running call
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - reports through its exit status
+            code = 1
+            try:
+                rows = asyncio.run(asyncio.wait_for(model.aembed(["child"]), timeout=10))
+                code = 0 if rows.shape == (1, 16) else 3
+            except TimeoutError:
+                code = 2
+            finally:
+                os._exit(code)
+        await asyncio.gather(running, waiting)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+
+    asyncio.run(in_flight())

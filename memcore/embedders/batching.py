@@ -9,13 +9,17 @@ together and go in the next call, in arrival order. Each gets back exactly its o
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from memcore.errors import InvalidInputError, PluginError
 from memcore.validation import Matrix
 from memcore.workers import WorkerPool
+
+_workers: weakref.WeakSet[BatchingWorker] = weakref.WeakSet()
 
 MAX_BATCH_TEXTS = 512
 """The most texts one call to the model takes; requests beyond it go in the next call."""
@@ -48,6 +52,7 @@ class BatchingWorker:
         self._lock = threading.Lock()
         self._waiting: list[tuple[list[str], Future[Matrix]]] = []
         self._flush_scheduled = False
+        _workers.add(self)
 
     async def embed(self, texts: Sequence[str]) -> Matrix:
         """The rows of ``texts``, embedded with whatever else is waiting.
@@ -91,3 +96,15 @@ class BatchingWorker:
         for request_texts, request in batch:
             request.set_result(matrix[start : start + len(request_texts)].copy())
             start += len(request_texts)
+
+
+def _after_fork_in_child() -> None:
+    """The parent's waiting requests belong to the parent's loop, and a flush it scheduled will
+    never run here: start empty."""
+    for worker in list(_workers):
+        worker._lock = threading.Lock()
+        worker._waiting = []
+        worker._flush_scheduled = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
