@@ -8,8 +8,8 @@ results) is a *plan*: a generator that yields each backend hook call it needs as
 * :func:`run_plan` calls each hook directly: the synchronous API, and the async API of a
   store whose engine has no async client (the whole plan then runs on the store's
   :class:`~memcore.workers.WorkerPool`);
-* :func:`arun_plan` steps the plan on the event loop and awaits each hook's async variant
-  (``_alist`` for ``_list``) where the backend has one, running the others on the workers.
+* :func:`arun_plan` awaits each hook's async variant (``_alist`` for ``_list``) on the event loop
+  where the backend has one, and runs everything else on the workers.
 
 Either way the same validation runs, the same errors are raised and the same results come
 back, because there is only one copy of the logic.
@@ -17,6 +17,7 @@ back, because there is only one copy of the logic.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -65,21 +66,30 @@ def run_plan(plan: Plan[R]) -> R:
 
 
 async def arun_plan(plan: Plan[R], native: object, workers: WorkerPool) -> R:
-    """Run ``plan`` on the event loop: a hook with an async variant on ``native`` is awaited, any
-    other runs on ``workers``.
+    """Run ``plan`` for the event loop: a hook with an async variant on ``native`` is awaited on
+    the loop; everything else (validation, the logic between hooks, hooks without a variant) runs
+    on ``workers``, so the loop only ever waits for I/O."""
+    try:
+        step, value = await workers.run(_advance, plan, native, None, True)
+        while step is not None:
+            variant: Callable[..., Awaitable[Any]] = getattr(native, step.async_name)
+            result = await variant(*step.args, **step.kwargs)
+            step, value = await workers.run(_advance, plan, native, result, False)
+        outcome: R = value
+        return outcome
+    finally:
+        # A cancelled call may leave a worker still running the plan: that worker ends it.
+        with contextlib.suppress(ValueError):
+            plan.close()
 
-    Validation and the logic between hooks run on the loop; they are cheap next to a hook.
-    """
-    with closing(plan):  # a failed or cancelled call leaves no suspended frame
-        try:
-            step = next(plan)
-            while True:
-                variant: Callable[..., Awaitable[Any]] | None = getattr(native, step.async_name, None)
-                if variant is None:
-                    result = await workers.run(step.hook, *step.args, **step.kwargs)
-                else:
-                    result = await variant(*step.args, **step.kwargs)
-                step = plan.send(result)
-        except StopIteration as done:
-            value: R = done.value
-            return value
+
+def _advance(plan: Plan[Any], native: object, value: Any, first: bool) -> tuple[HookCall | None, Any]:
+    """On a worker: run ``plan`` until it needs a hook with an async variant (returned, to be
+    awaited on the loop) or ends (``None`` and its result)."""
+    try:
+        step = next(plan) if first else plan.send(value)
+        while getattr(native, step.async_name, None) is None:
+            step = plan.send(step.hook(*step.args, **step.kwargs))
+        return step, None
+    except StopIteration as done:
+        return None, done.value

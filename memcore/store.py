@@ -129,9 +129,17 @@ def _reset_locks_after_fork() -> None:
     _fork_lock = threading.Lock()
     for store in list(_open_stores):
         store._state_lock = threading.Lock()
+        store._workers_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_locks_after_fork)
+
+
+def _retrieve_outcome(task: asyncio.Future[Any]) -> None:
+    """A shielded write whose caller was cancelled still ends: note its error as retrieved (it
+    was the caller's to see), instead of logging it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def text_matches(text: str, content: str) -> bool:
@@ -177,6 +185,7 @@ class BaseStore(ABC):
         self._state_lock = threading.Lock()
         self._bound_space: VectorSpace | None = None
         self._workers: WorkerPool | None = None
+        self._workers_lock = threading.Lock()
         self._process = os.getpid()
         _open_stores.add(self)
 
@@ -223,7 +232,7 @@ class BaseStore(ABC):
     async def aadd(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
         """:meth:`add`, awaited. Cancelling it never leaves part of the batch: a write the engine
         has started lands whole, else nothing does."""
-        await self._arun(self._add_plan(records, vectors))
+        await self._arun(self._add_plan(records, vectors), whole=True)
 
     def _add_plan(self, records: Sequence[MemoryRecord], vectors: Vectors | None) -> Plan[None]:
         self._check_open()
@@ -441,7 +450,7 @@ class BaseStore(ABC):
 
     async def adelete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
         """:meth:`delete`, awaited."""
-        return await self._arun(self._delete_plan(scope, ids))
+        return await self._arun(self._delete_plan(scope, ids), whole=True)
 
     def _delete_plan(self, scope: Scope, ids: Sequence[UUID | str]) -> Plan[int]:
         self._check_open()
@@ -459,7 +468,7 @@ class BaseStore(ABC):
 
     async def adelete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
         """:meth:`delete_where`, awaited."""
-        return await self._arun(self._delete_where_plan(scope, filter))
+        return await self._arun(self._delete_where_plan(scope, filter), whole=True)
 
     def _delete_where_plan(self, scope: Scope, filter: FilterSpec | Filter) -> Plan[int]:
         self._check_open()
@@ -542,6 +551,7 @@ class BaseStore(ABC):
             if self._closed:
                 return
             self._closed = True
+        with self._workers_lock:  # a pool made after this read would outlive the store
             workers = self._workers
         if workers is not None:
             workers.shutdown()
@@ -681,14 +691,14 @@ class BaseStore(ABC):
         return SERVER_WORKERS if self.capabilities.server else 1
 
     def _worker_pool(self) -> WorkerPool:
-        with self._state_lock:
+        workers = self._workers
+        if workers is not None:
+            return workers  # after close() it is shut down, and its calls raise StoreClosedError
+        with self._workers_lock:  # not _state_lock: bind_vector_space holds that during I/O
+            if self._closed:
+                raise self._closed_error()
             if self._workers is None:
-                name = self.name
-                self._workers = WorkerPool(
-                    self._worker_count(),
-                    name,
-                    closed_error=lambda: StoreClosedError(f"the {name} store is closed"),
-                )
+                self._workers = WorkerPool(self._worker_count(), self.name, closed_error=self._closed_error)
             return self._workers
 
     async def run_in_worker(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
@@ -704,13 +714,22 @@ class BaseStore(ABC):
             raise self._closed_error()
         return await self._worker_pool().run(fn, *args, **kwargs)
 
-    async def _arun(self, plan: Plan[R]) -> R:
-        if type(self)._native_hooks:
-            return await arun_plan(plan, self, self._worker_pool())
-        return await self.run_in_worker(run_plan, plan)
+    async def _arun(self, plan: Plan[R], *, whole: bool = False) -> R:
+        """Run ``plan`` for an async twin: on the workers, awaiting on the loop the hooks the
+        backend has async variants of. A write (``whole``) that may call several hooks is then
+        shielded from the caller's cancellation, so that a timeout never leaves it half done
+        (a loop closed meanwhile still cancels it)."""
+        if not type(self)._native_hooks:
+            return await self.run_in_worker(run_plan, plan)
+        running = asyncio.ensure_future(arun_plan(plan, self, self._worker_pool()))
+        if not whole:
+            return await running
+        running.add_done_callback(_retrieve_outcome)
+        return await asyncio.shield(running)
 
     _native_hooks: ClassVar[frozenset[str]] = frozenset()
-    """The hooks with an async variant (``_alist`` for ``_list``), found when the class is defined."""
+    """The hooks with an async variant (``_alist`` for ``_list``), found when the class is defined
+    (by name: a decorator on a hook must keep its ``__name__``, as :func:`functools.wraps` does)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

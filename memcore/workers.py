@@ -66,7 +66,8 @@ class WorkerPool:
         :raises Exception: ``closed_error()`` after :meth:`shutdown`.
         """
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        return self._started().submit(call)
+        with self._lock:  # a shutdown between starting and submitting would raise RuntimeError
+            return self._started().submit(call)
 
     def in_worker(self) -> bool:
         """Whether the calling thread is one of this pool's workers."""
@@ -82,14 +83,14 @@ class WorkerPool:
             executor.shutdown(wait=not self.in_worker())
 
     def _started(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._shut:
-                raise self._closed_error()
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    self.size, thread_name_prefix=f"memcore-{self.name}", initializer=self._enter_worker
-                )
-            return self._executor
+        """The executor, started if needed (call with ``_lock`` held)."""
+        if self._shut:
+            raise self._closed_error()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self.size, thread_name_prefix=f"memcore-{self.name}", initializer=self._enter_worker
+            )
+        return self._executor
 
     def _enter_worker(self) -> None:
         self._worker_ids.add(threading.get_ident())

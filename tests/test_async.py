@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import threading
 import time
+from collections.abc import Sequence
+from uuid import UUID
 
 import pytest
 
-from memcore.errors import InvalidInputError, StoreClosedError, StoreForkedError
+from memcore.agent.memories import LongtermMemory
+from memcore.embedders.hashing import HashEmbedder
+from memcore.errors import (
+    InvalidInputError,
+    InvalidRecordError,
+    ScopeError,
+    StoreClosedError,
+    StoreForkedError,
+)
+from memcore.filters import Comparison
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.stores.in_memory import InMemoryStore
+from memcore.validation import Matrix
 from memcore.workers import WorkerPool
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
@@ -94,4 +107,91 @@ def test_a_forked_child_gets_a_typed_error_from_the_async_api_not_a_hang() -> No
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert asyncio.run(store.acount(scope)) == 1
+    store.close()
+
+
+def test_the_first_async_call_does_not_wait_for_the_state_lock() -> None:
+    """``bind_vector_space`` holds the store's state lock during I/O; the loop must not queue
+    behind it to start the store's workers."""
+    store = InMemoryStore()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store._state_lock:
+            held.set()
+            release.wait(timeout=10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        assert asyncio.run(store.acount(Scope(tenant="t"))) == 0
+        assert not release.is_set()  # answered while the lock was still held
+    finally:
+        release.set()
+        holder.join()
+        store.close()
+
+
+def test_a_closed_store_starts_no_workers() -> None:
+    store = InMemoryStore()
+    store.close()
+    with pytest.raises(StoreClosedError):
+        asyncio.run(store.acount(Scope(tenant="t")))
+    with pytest.raises(StoreClosedError):
+        asyncio.run(store.run_in_worker(lambda: None))
+    assert store._workers is None
+
+
+class SlowAsyncDelete(InMemoryStore):
+    """An engine with an async ``_delete`` (one round trip each) that leaves metadata filters to
+    the exact fallback: ``delete_where`` on metadata then deletes scope by scope."""
+
+    def _expresses(self, comparison: Comparison) -> bool:
+        return not comparison.field.startswith("metadata.")
+
+    async def _adelete(self, scope: Scope, ids: list[UUID]) -> int:
+        await asyncio.sleep(0.05)
+        return self._delete(scope, ids)
+
+
+def test_a_timed_out_write_over_several_async_hooks_still_lands_whole() -> None:
+    store = SlowAsyncDelete()
+    scopes = [Scope(tenant="t", user_id=user) for user in "abc"]
+    store.add(
+        [MemoryRecord(scope=s, message=Message(role="user", content="x"), metadata={"n": 1}) for s in scopes]
+    )
+
+    async def main() -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.07):  # after the first of three deletes
+                await store.adelete_where(Scope(tenant="t"), {"metadata.n": 1})
+        await asyncio.sleep(0.3)
+
+    asyncio.run(main())
+    assert store.count(Scope(tenant="t")) == 0
+    store.close()
+
+
+def test_async_memory_writes_refuse_what_the_sync_ones_refuse_and_embed_nothing_first() -> None:
+    store = InMemoryStore()
+    seen: list[str] = []
+
+    class Spy(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> Matrix:
+            seen.extend(texts)
+            return super().embed(texts)
+
+    memory = LongtermMemory(store, Spy(dim=16), Scope(tenant="t", user_id="me"))
+    outsider = MemoryRecord(
+        scope=Scope(tenant="t", user_id="someone-else"), message=Message(role="user", content="SECRET")
+    )
+    for bad, error in ((["not a message"], InvalidRecordError), (["not a message"], InvalidRecordError)):
+        with pytest.raises(error):
+            memory.write(bad)  # type: ignore[arg-type]
+        with pytest.raises(error):
+            asyncio.run(memory.awrite(bad))  # type: ignore[arg-type]
+    with pytest.raises(ScopeError):
+        asyncio.run(memory.awrite_records([outsider]))
+    assert "SECRET" not in seen
     store.close()

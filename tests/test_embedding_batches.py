@@ -133,3 +133,52 @@ def test_a_forked_child_embeds_with_a_worker_of_its_own() -> None:
         assert os.waitstatus_to_exitcode(status) == 0
 
     asyncio.run(in_flight())
+
+
+def test_a_model_answering_with_plain_lists_or_failing_leaves_the_worker_working() -> None:
+    class Lists(SlowModel):
+        fail = False
+
+        def embed(self, texts: Sequence[str]) -> Matrix:
+            if self.fail:
+                raise RuntimeError("model crashed")
+            return [list(row) for row in super().embed(texts)]  # type: ignore[return-value]
+
+    model = Lists()
+    rows = asyncio.run(asyncio.wait_for(model.aembed(["a", "b"]), timeout=10))
+    assert isinstance(rows, np.ndarray) and rows.shape == (2, 16)
+    model.fail = True
+    with pytest.raises(RuntimeError, match="model crashed"):
+        asyncio.run(asyncio.wait_for(model.aembed(["c"]), timeout=10))
+    model.fail = False
+    assert asyncio.run(asyncio.wait_for(model.aembed(["d"]), timeout=10)).shape == (1, 16)
+
+
+def test_one_text_many_callers_wait_for_is_embedded_once_per_call() -> None:
+    model = SlowModel()
+
+    async def main() -> list[Matrix]:
+        return list(await asyncio.gather(*(model.aembed(["same query"]) for _ in range(8))))
+
+    rows = asyncio.run(main())
+    assert all(np.array_equal(r, rows[0]) for r in rows)
+    assert sum(call.count("same query") for call in model.calls) <= 2  # the first call, then the rest
+
+
+def test_a_flush_that_cannot_be_scheduled_fails_its_requests_and_the_next_one_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = SlowModel()
+    worker = model._batching_worker()
+    submit = worker._pool.submit
+    failures = iter([RuntimeError("cannot schedule new futures after interpreter shutdown")])
+
+    def failing_once(fn: object, *args: object) -> object:
+        for failure in failures:
+            raise failure
+        return submit(fn, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(worker._pool, "submit", failing_once)
+    with pytest.raises(RuntimeError, match="interpreter shutdown"):
+        asyncio.run(asyncio.wait_for(model.aembed(["first"]), timeout=10))
+    assert asyncio.run(asyncio.wait_for(model.aembed(["second"]), timeout=10)).shape == (1, 16)

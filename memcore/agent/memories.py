@@ -50,6 +50,14 @@ TOOL_CALL_LOOKBACK = 50
 BufferState = Literal["open", "finished", "discarded", "committed"]
 
 
+def _texts_of(messages: Sequence[Message]) -> list[str]:
+    """What a write of ``messages`` embeds; nothing unless they are all messages (the write then
+    refuses them itself)."""
+    if not isinstance(messages, Sequence) or not all(isinstance(message, Message) for message in messages):
+        return []
+    return [embedding_text(message) for message in messages]
+
+
 class WriteBuffer:
     """The writes of one parallel task, held back until :meth:`AgentMemory.barrier`.
 
@@ -209,17 +217,26 @@ class AgentMemory(ABC):
         metadata: dict[str, MetadataValue] | None = None,
     ) -> list[MemoryRecord]:
         """:meth:`write`, awaited (on the store's workers, as every async twin of a memory)."""
-        await self._embed_ahead([embedding_text(message) for message in messages])
+        await self._embed_ahead(_texts_of(messages))
         return await self.store.run_in_worker(self.write, messages, kind=kind, metadata=metadata)
 
     async def awrite_records(self, records: Sequence[MemoryRecord]) -> None:
         """:meth:`write_records`, awaited."""
-        await self._embed_ahead([embedding_text(record.message) for record in records])
+        own = self.scope.exact()
+        if isinstance(records, Sequence) and all(
+            isinstance(record, MemoryRecord) and own.matches(record.scope) for record in records
+        ):
+            await self._embed_ahead(_texts_of([record.message for record in records]))
         await self.store.run_in_worker(self.write_records, records)
 
     async def _embed_ahead(self, texts: list[str]) -> None:
         """Before a twin runs on the store's workers: embed what it will, where a memory embeds
-        (:class:`VectorMemory`), so that the store's workers never wait for the model."""
+        (:class:`VectorMemory`), so that the store's workers never wait for the model. Only for
+        input the sync call accepts: anything else gets its error from the sync call itself."""
+        return None
+
+    async def _embed_query_ahead(self, query: str | None) -> None:
+        """:meth:`_embed_ahead` for a recall query."""
         return None
 
     def observe(self, messages: Sequence[Message]) -> list[MemoryRecord]:
@@ -229,12 +246,12 @@ class AgentMemory(ABC):
     async def aobserve(self, messages: Sequence[Message]) -> list[MemoryRecord]:
         """:meth:`observe`, awaited."""
         if self.policy.auto_save:
-            await self._embed_ahead([embedding_text(message) for message in messages])
+            await self._embed_ahead(_texts_of(messages))
         return await self.store.run_in_worker(self.observe, messages)
 
     async def aretrieve(self, query: str | None = None) -> list[ContextRecord]:
         """:meth:`retrieve`, awaited."""
-        await self._embed_ahead([] if query is None else [query])
+        await self._embed_query_ahead(query)
         return await self.store.run_in_worker(self.retrieve, query)
 
     def get_context(
@@ -249,7 +266,7 @@ class AgentMemory(ABC):
         self, token_limit: int | None = None, *, query: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
         """:meth:`get_context`, awaited: recall, the window and fitting the budget, off the loop."""
-        await self._embed_ahead([] if query is None else [query])
+        await self._embed_query_ahead(query)
         return await self.store.run_in_worker(self.get_context, token_limit, query=query)
 
     def _shorten(self, item: ContextRecord) -> ContextRecord:
@@ -387,9 +404,13 @@ class VectorMemory(AgentMemory):
         return self.recall_block.scope
 
     async def _embed_ahead(self, texts: list[str]) -> None:
-        # On the embedder's own worker, into its cache, where the sync logic then finds them.
+        # On the model's worker, into the cache, where the sync logic then finds them.
         if texts:
             await self.embedder.aembed(texts)
+
+    async def _embed_query_ahead(self, query: str | None) -> None:
+        if isinstance(query, str) and query.strip() and self.recall_block.mode != "keyword":
+            await self.embedder.aembed([query])
 
     def _store_records(self, records: Sequence[MemoryRecord]) -> None:
         self.recall_block.write_records(records)

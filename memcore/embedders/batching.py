@@ -9,11 +9,15 @@ together and go in the next call, in arrival order. Each gets back exactly its o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from typing import Protocol
+
+import numpy as np
 
 from memcore.errors import InvalidInputError, PluginError
 from memcore.validation import Matrix
@@ -60,13 +64,25 @@ class BatchingWorker:
         :raises InvalidInputError: for bad ``texts`` (before anything is queued).
         """
         request: Future[Matrix] = Future()
+        entry = (checked_texts(texts), request)
         with self._lock:
-            self._waiting.append((checked_texts(texts), request))
-            schedule = not self._flush_scheduled
-            self._flush_scheduled = True
-        if schedule:
-            self._pool.submit(self._flush)
+            self._waiting.append(entry)
+            if not self._flush_scheduled:
+                self._schedule_flush()
         return await asyncio.wrap_future(request)
+
+    def _schedule_flush(self) -> None:
+        """Under ``_lock``: have the worker flush. If it cannot (the interpreter is shutting down),
+        every waiting request fails with that error instead of waiting for a flush that never comes."""
+        try:
+            self._pool.submit(self._flush)
+        except BaseException as exc:
+            for _, request in self._waiting:
+                with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
+                    request.set_exception(exc)
+            self._waiting = []
+            return
+        self._flush_scheduled = True
 
     def _flush(self) -> None:
         with self._lock:
@@ -75,27 +91,52 @@ class BatchingWorker:
                 size += len(self._waiting[taken][0])
                 taken += 1
             batch, self._waiting = self._waiting[:taken], self._waiting[taken:]
+            self._flush_scheduled = False
             if self._waiting:
-                self._pool.submit(self._flush)
-            else:
-                self._flush_scheduled = False
+                self._schedule_flush()
         # A request whose caller gave up (cancelled) is left out of the call.
         batch = [(texts, request) for texts, request in batch if request.set_running_or_notify_cancel()]
-        if not batch:
-            return
-        texts = [text for request_texts, _ in batch for text in request_texts]
+        if batch:
+            self._answer(batch)
+
+    def _answer(self, batch: list[tuple[list[str], Future[Matrix]]]) -> None:
+        # A text several requests wait for is embedded once.
+        unique = list(dict.fromkeys(text for texts, _ in batch for text in texts))
         try:
-            matrix = self._embed(texts)
-            if len(matrix) != len(texts):
-                raise PluginError(f"the embedder returned {len(matrix)} rows for {len(texts)} texts")
+            matrix = np.asarray(self._embed(unique), dtype=np.float32)
+            if matrix.ndim != 2 or len(matrix) != len(unique):
+                raise PluginError(f"the embedder returned shape {matrix.shape} for {len(unique)} texts")
+            row = {text: index for index, text in enumerate(unique)}
+            answers = [matrix[[row[text] for text in texts]] for texts, _ in batch]
         except BaseException as exc:  # the model's failure is every waiting request's
             for _, request in batch:
                 request.set_exception(exc)
             return
-        start = 0
-        for request_texts, request in batch:
-            request.set_result(matrix[start : start + len(request_texts)].copy())
-            start += len(request_texts)
+        for (_, request), rows in zip(batch, answers, strict=True):
+            request.set_result(rows)
+
+
+_by_model: weakref.WeakKeyDictionary[object, BatchingWorker] = weakref.WeakKeyDictionary()
+_by_model_lock = threading.Lock()
+
+
+class _Model(Protocol):
+    """What :func:`worker_of` needs of an embedder (:class:`~memcore.embedders.base.Embedder` has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def embed(self, texts: Sequence[str]) -> Matrix: ...
+
+
+def worker_of(model: _Model) -> BatchingWorker:
+    """The one batching worker of an embedder that has none of its own (a third-party one), shared
+    by everything that wraps it."""
+    with _by_model_lock:
+        worker = _by_model.get(model)
+        if worker is None:
+            worker = _by_model[model] = BatchingWorker(model.embed, f"embed-{model.name}")
+        return worker
 
 
 def _after_fork_in_child() -> None:

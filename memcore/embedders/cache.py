@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memcore.embedders.base import Embedder, OffLoopEmbedding
-from memcore.embedders.batching import BatchingWorker, checked_texts
+from memcore.embedders.batching import BatchingWorker, checked_texts, worker_of
 from memcore.errors import InvalidInputError, PluginError
 from memcore.validation import Matrix
 
@@ -35,7 +35,8 @@ class CacheStats:
 
     :param hits: texts answered without the wrapped embedder: found in the
         cache, or repeating an earlier text of the same call.
-    :param misses: texts the wrapped embedder was asked to embed.
+    :param misses: texts not found in the cache, each sent to the wrapped embedder (concurrent
+        ``aembed`` calls missing one text each count it; the model's worker embeds it once).
     :param size: vectors held now.
     :param max_entries: the most vectors it holds.
     """
@@ -60,10 +61,13 @@ class CachedEmbedder(OffLoopEmbedding):
 
     It has the wrapped embedder's :attr:`name` and :attr:`dim`, so stores
     treat the two as the same embedder. Safe to share between threads: lookups
-    take a short lock, and calls to the wrapped embedder are made one at a
-    time (which also protects embedders that are not thread-safe); a thread
-    that needs a text another thread is embedding waits for that vector rather
-    than embedding it again.
+    take a short lock, and sync calls to the wrapped embedder are made one at a
+    time; a thread that needs a text another thread is embedding waits for that
+    vector rather than embedding it again. :meth:`aembed` sends misses to the
+    model's one worker thread, shared by every cache in front of that model
+    (:mod:`memcore.embedders.batching`), which may run beside a sync call made on
+    another thread: wrap an embedder that is not thread-safe in one cache, and
+    use one of the two APIs with it.
 
     :param inner: the embedder to call on cache misses.
     :param max_entries: how many vectors to keep; the least recently used go first.
@@ -81,7 +85,6 @@ class CachedEmbedder(OffLoopEmbedding):
         # _lock guards the dictionary and counters; _embed_lock serialises calls to the inner embedder.
         self._lock = threading.Lock()
         self._embed_lock = threading.Lock()
-        self._own_worker: BatchingWorker | None = None
 
     @property
     def inner(self) -> Embedder:
@@ -119,10 +122,7 @@ class CachedEmbedder(OffLoopEmbedding):
         # embedder they are given, and sixty-four of them must make one batch, not sixty-four.
         if isinstance(self._inner, OffLoopEmbedding):
             return self._inner._batching_worker()
-        with self._lock:
-            if self._own_worker is None:
-                self._own_worker = BatchingWorker(self._inner.embed, f"embed-{self.name}")
-            return self._own_worker
+        return worker_of(self._inner)
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         """Embed texts, calling the wrapped embedder at most once, for the texts not cached.
