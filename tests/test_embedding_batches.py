@@ -182,3 +182,23 @@ def test_a_flush_that_cannot_be_scheduled_fails_its_requests_and_the_next_one_wo
     with pytest.raises(RuntimeError, match="interpreter shutdown"):
         asyncio.run(asyncio.wait_for(model.aembed(["first"]), timeout=10))
     assert asyncio.run(asyncio.wait_for(model.aembed(["second"]), timeout=10)).shape == (1, 16)
+
+
+def test_a_text_that_makes_the_model_fail_fails_only_its_own_request() -> None:
+    class Fragile(SlowModel):
+        def embed(self, texts: Sequence[str]) -> Matrix:
+            if "poison" in texts:
+                raise RuntimeError("the model cannot embed this")
+            return super().embed(texts)
+
+    model = Fragile()
+
+    async def main() -> list[Matrix | BaseException]:
+        first = asyncio.create_task(model.aembed(["occupies the model"]))
+        await asyncio.sleep(0.01)  # the others wait together, for one call
+        others = [model.aembed(["fine 1"]), model.aembed(["poison"]), model.aembed(["fine 2"])]
+        return [await first, *await asyncio.gather(*others, return_exceptions=True)]
+
+    first, fine_1, poisoned, fine_2 = asyncio.run(main())
+    assert isinstance(poisoned, RuntimeError)
+    assert all(isinstance(rows, np.ndarray) and rows.shape == (1, 16) for rows in (first, fine_1, fine_2))

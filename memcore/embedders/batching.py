@@ -108,10 +108,17 @@ class BatchingWorker:
                 raise PluginError(f"the embedder returned shape {matrix.shape} for {len(unique)} texts")
             row = {text: index for index, text in enumerate(unique)}
             answers = [matrix[[row[text] for text in texts]] for texts, _ in batch]
-        except BaseException as exc:  # the model's failure is every waiting request's
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0][1].set_exception(exc)
+            else:  # whose texts made the model fail? Each request alone: only theirs fails.
+                for entry in batch:
+                    self._answer([entry])
+            return
+        except BaseException as exc:
             for _, request in batch:
                 request.set_exception(exc)
-            return
+            raise
         for (_, request), rows in zip(batch, answers, strict=True):
             request.set_result(rows)
 
