@@ -186,6 +186,7 @@ class BaseStore(ABC):
         self._bound_space: VectorSpace | None = None
         self._workers: WorkerPool | None = None
         self._workers_lock = threading.Lock()
+        self._native_runs: set[asyncio.Future[Any]] = set()
         self._process = os.getpid()
         _open_stores.add(self)
 
@@ -559,7 +560,12 @@ class BaseStore(ABC):
             self._close()
 
     async def aclose(self) -> None:
-        """:meth:`close`, awaited: waits for the calls in flight without blocking the loop."""
+        """:meth:`close`, awaited: waits for the calls in flight without blocking the loop (those
+        on this loop's native client too, which :meth:`close` cannot wait for)."""
+        loop = asyncio.get_running_loop()
+        in_flight = [run for run in list(self._native_runs) if run.get_loop() is loop]
+        if in_flight:
+            await asyncio.wait(in_flight)
         await asyncio.to_thread(self.close)
 
     @property
@@ -719,13 +725,21 @@ class BaseStore(ABC):
         backend has async variants of. A write (``whole``) that may call several hooks is then
         shielded from the caller's cancellation, so that a timeout never leaves it half done
         (a loop closed meanwhile still cancels it)."""
-        if not type(self)._native_hooks:
+        if not type(self)._native_hooks or not self._native_on_this_loop():
             return await self.run_in_worker(run_plan, plan)
         running = asyncio.ensure_future(arun_plan(plan, self, self._worker_pool()))
+        self._native_runs.add(running)
+        running.add_done_callback(self._native_runs.discard)
         if not whole:
             return await running
         running.add_done_callback(_retrieve_outcome)
         return await asyncio.shield(running)
+
+    def _native_on_this_loop(self) -> bool:
+        """Whether the running event loop may await the hooks' async variants. A backend whose
+        async client belongs to one loop answers ``False`` on the others: their calls then run
+        wholly on the workers, with the same results."""
+        return True
 
     _native_hooks: ClassVar[frozenset[str]] = frozenset()
     """The hooks with an async variant (``_alist`` for ``_list``), found when the class is defined

@@ -40,9 +40,10 @@ def memcore_bench_discard(url: str, name: str) -> bool | None:
         return None
     import psycopg
 
+    from memcore_pgvector.connections import CONNECT_SECONDS
     from memcore_pgvector.errors import translated
     from memcore_pgvector.schema import Tables
-    from memcore_pgvector.store import CONNECT_SECONDS, connection_target, redacted
+    from memcore_pgvector.store import connection_target, redacted
 
     conninfo, table = connection_target(url)
     if table != name:

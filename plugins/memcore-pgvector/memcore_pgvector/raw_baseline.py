@@ -23,9 +23,9 @@ from psycopg.types.json import Jsonb
 from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import Scope, storage_id
 from memcore.validation import Matrix
+from memcore_pgvector.connections import SEARCH_SETTINGS
 from memcore_pgvector.filters import scope_condition
 from memcore_pgvector.schema import Tables
-from memcore_pgvector.store import SEARCH_SETTINGS
 
 
 class RawPsycopg:

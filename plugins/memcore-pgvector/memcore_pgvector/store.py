@@ -9,27 +9,26 @@ filtered query still returns ``limit`` hits when the scope is a small part of
 the table. A row's primary key is its record's scope and id
 (:func:`~memcore.scope.storage_id`), so the same id in two scopes is two rows and a
 write is an upsert of its own scope's row only (``INSERT ... ON CONFLICT (key)``),
-one transaction per batch. A store object inherited by a forked process opens a pool of
-its own there on its first call (:meth:`PgvectorStore._reconnect_in_child`).
+one transaction per batch. Each hook's statements are written once, as a session
+(:mod:`memcore_pgvector.sessions`) that runs on a blocking connection for the sync API and on
+psycopg's ``AsyncConnectionPool`` for the async API (:mod:`memcore_pgvector.connections`). A store
+object inherited by a forked process opens pools of its own there on its first call.
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, ClassVar, Self
+from collections.abc import Sequence
+from typing import Any, ClassVar, Self, TypeVar
 from urllib.parse import urlencode, urlunsplit
 from uuid import UUID
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool
 
 from memcore.errors import (
     DimensionMismatchError,
@@ -38,7 +37,6 @@ from memcore.errors import (
     InvalidRecordError,
     ScopeError,
     StoreCorruptedError,
-    StoreError,
 )
 from memcore.filters import COLUMN_FIELDS, Comparison, Filter, column_values
 from memcore.kit import check_same_dimension, clamp_score
@@ -48,22 +46,16 @@ from memcore.scope import SCOPE_FIELDS, Scope, storage_id
 from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
+from memcore_pgvector.connections import CONNECT_SECONDS, POOL_SIZE, Connections
 from memcore_pgvector.errors import translated
 from memcore_pgvector.filters import Condition, compile_filter, expresses, scope_condition
 from memcore_pgvector.schema import DEFAULT_TABLE, NUL_MARK, Tables, fold_content
+from memcore_pgvector.sessions import OFFLOAD_ROWS, Session, Statement, arun_session, run_session
+
+R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
 
-POOL_SIZE = 8
-"""Connections one store keeps at most (threads beyond it wait for one)."""
-CONNECT_TIMEOUT = 10.0
-"""Seconds to wait for the server when the store opens."""
-CONNECT_SECONDS = int(CONNECT_TIMEOUT)
-WAIT_TIMEOUT = 5.0
-"""Seconds a call waits for a connection (all busy, or the server away) before StoreUnavailableError."""
-SEARCH_SETTINGS = "SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = 100"
-"""Every connection's HNSW settings: an iterative scan goes on until a scoped or filtered query has
-its ``limit`` hits (up to ``hnsw.max_scan_tuples``), each step exploring 100 candidates."""
 _RECORD_COLUMNS = [
     *(spec.name for spec in COLUMN_FIELDS),
     *("content_folded", "metadata", "record", "embedding"),
@@ -75,6 +67,8 @@ _UPSERT = (
     f"INSERT INTO {{}} ({', '.join(_INSERTED)}) VALUES ({', '.join(['%s'] * len(_INSERTED))})"
     f" ON CONFLICT (key) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in _RECORD_COLUMNS)}"
 )
+_DIMENSION = "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding'"
+_NEWEST_FIRST = " ORDER BY created_at DESC, id DESC, key DESC LIMIT %s"
 
 
 def _keys_of(records: Sequence[MemoryRecord]) -> Condition:
@@ -95,22 +89,13 @@ def _record(data: str) -> MemoryRecord:
         raise StoreCorruptedError(f"a row holds an invalid memcore record: {exc}") from None
 
 
-def _configure(connection: psycopg.Connection[Any]) -> None:
-    register_vector(connection)
-    connection.execute(SEARCH_SETTINGS)
-
-
-_inherited_pools: list[ConnectionPool[Any]] = []
-"""Pools a forked child inherited from its parent: kept referenced and never touched, so that nothing
-of them (no ``close()``, no libpq ``Terminate`` on the parent's sockets) ever runs in the child."""
-
-
 class PgvectorStore(BaseStore):
     """memcore records in PostgreSQL with pgvector; safe to share between threads.
 
     Several processes may open stores on one table at once. A store object inherited through
     ``fork()`` (gunicorn ``--preload``, celery prefork) opens a pool of its own in the child on
-    its first call there, leaving the parent's connections to the parent.
+    its first call there, leaving the parent's connections to the parent. The async API runs its
+    statements on psycopg's ``AsyncConnectionPool`` (:mod:`memcore_pgvector.connections`).
 
     :param conninfo: a libpq connection string or URI (``postgresql://user@host:port/db``).
     :param table: the records table (created if missing), ``memcore_records`` by default.
@@ -128,47 +113,23 @@ class PgvectorStore(BaseStore):
         with translated("open the store", self.location):
             with psycopg.connect(conninfo, connect_timeout=CONNECT_SECONDS) as connection:
                 self._tables.migrate(connection, self.location)
-            self._pool = self._open_pool()
+            self._connections = Connections(conninfo, self.location, self._closed_error)
             try:
                 self._dimension = self._read_dimension()
             except BaseException:
-                self._pool.close()
+                self._connections.close()
                 raise
 
     def _worker_count(self) -> int:
-        return POOL_SIZE  # one async call per pooled connection
+        return POOL_SIZE  # one blocking call per pooled connection
 
-    def _open_pool(self) -> ConnectionPool[Any]:
-        pool: ConnectionPool[Any] = ConnectionPool(
-            self._conninfo,
-            min_size=1,
-            max_size=POOL_SIZE,
-            kwargs={"autocommit": True},  # one round trip a read; writes open a transaction
-            configure=_configure,
-            timeout=WAIT_TIMEOUT,
-            open=False,
-        )
-        try:
-            pool.open(wait=True, timeout=CONNECT_TIMEOUT)
-        except BaseException:
-            pool.close()
-            raise
-        return pool
+    def _native_on_this_loop(self) -> bool:
+        return self._connections.serves()
 
     def _reconnect_in_child(self) -> None:
-        """In a forked child: a new pool, and the inherited one dropped without being closed.
-
-        The inherited connections' sockets are the parent's sessions: using one would interleave
-        two processes' queries and replies on it, closing one would send ``Terminate`` and end the
-        parent's session. So the child never touches them: the pool is kept referenced (so it is
-        never collected here) and marked closed (so that its ``__del__``, should it run at exit,
-        does nothing); psycopg's ``PGconn`` only calls ``PQfinish`` in the process that connected.
-        """
-        inherited = self._pool
-        inherited._closed = True  # its __del__ would signal worker threads that live in the parent
-        _inherited_pools.append(inherited)
-        with translated("reconnect in a forked process", self.location):
-            self._pool = self._open_pool()
+        """In a forked child: pools of its own, the inherited ones dropped without being closed
+        (:meth:`memcore_pgvector.connections.Connections.reconnect_in_child`)."""
+        self._connections.reconnect_in_child()
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -187,107 +148,107 @@ class PgvectorStore(BaseStore):
             self._dimension = self._read_dimension()
         return self._dimension
 
-    @contextmanager
-    def _connection(self, action: str) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection (autocommit), errors translated. A connection the server dropped is
-        replaced by the pool when it comes back: the call that met it raises StoreUnavailableError."""
-        with translated(action, self.location), self._pool.connection() as connection:
-            try:
-                yield connection
-            except psycopg.OperationalError as exc:
-                if exc.sqlstate is None and not connection.broken:
-                    # libpq refused the statement itself (more than 65,535 parameters...) on a
-                    # connection that is fine: retrying cannot help, so it is not unavailability.
-                    raise StoreError(
-                        f"PostgreSQL at {self.location} refused a statement while {action}: {exc}"
-                    ) from exc
-                raise
+    # -- running sessions (memcore_pgvector.sessions): blocking, or on the event loop ----------
 
-    def _read_dimension(self, connection: psycopg.Connection[Any] | None = None) -> int | None:
+    def _run(self, action: str, session: Session[R], *, transaction: bool = False) -> R:
+        with self._connections.connection(action) as connection:
+            if transaction:
+                with connection.transaction():
+                    return run_session(connection, session)
+            return run_session(connection, session)
+
+    async def _arun_session(
+        self, action: str, session: Session[R], *, transaction: bool = False, heavy_start: bool = False
+    ) -> R:
+        offload = self._worker_pool().run
+        async with self._connections.aconnection(action) as connection:
+            if transaction:
+                async with connection.transaction():
+                    return await arun_session(connection, session, offload, heavy_start=heavy_start)
+            return await arun_session(connection, session, offload, heavy_start=heavy_start)
+
+    # -- the hooks: each a session, run by a sync hook and its async variant -------------------
+
+    def _read_dimension(self) -> int | None:
+        return self._run("read the vector dimension", self._dimension_session())
+
+    def _dimension_session(self) -> Session[int | None]:
         """The ``n`` of the embedding column's ``vector(n)`` type (``None`` while it is untyped)."""
-        query = (
-            "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding'"
-        )
-        qualified = self._tables.name  # lowercase letters, digits and _: its own quoted form
-        if connection is None:
-            with self._connection("read the vector dimension") as own:
-                row = own.execute(query, [qualified]).fetchone()
-        else:
-            row = connection.execute(query, [qualified]).fetchone()
-        if row is None:
+        rows = yield Statement(_DIMENSION, [self._tables.name])  # its own quoted form: [a-z0-9_]
+        if not rows:
             raise StoreCorruptedError(f"the table {self._tables.name} has no embedding column")
-        return None if row[0] is None or row[0] < 1 else int(row[0])
+        typmod = rows[0][0]
+        return None if typmod is None or typmod < 1 else int(typmod)
 
-    def _fix_dimension(self, connection: psycopg.Connection[Any], dimension: int) -> None:
-        """Type the column ``vector(dimension)`` unless it has a type; refuse another dimension.
+    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        self._run("add records", self._add_session(records, vectors), transaction=True)
+        if vectors is not None:
+            self._dimension = vectors.shape[1]  # committed: the column is vector(n) for everyone now
 
-        Runs inside the write's transaction: the caller caches the dimension once it committed.
-        """
-        connection.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self._tables.records))
-        current = self._read_dimension(connection)  # another process may have fixed it first
+    async def _aadd(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        session = self._add_session(records, vectors)
+        heavy = len(records) >= OFFLOAD_ROWS  # building the rows: tens of microseconds a record
+        await self._arun_session("add records", session, transaction=True, heavy_start=heavy)
+        if vectors is not None:
+            self._dimension = vectors.shape[1]
+
+    def _add_session(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> Session[None]:
+        """One transaction: the column typed by the first vectors, then the upsert."""
+        rows = _rows(records, vectors)
+        if vectors is not None and self._dimension != vectors.shape[1]:
+            yield from self._fix_dimension(vectors.shape[1])
+        yield Statement(sql.SQL(_UPSERT).format(self._tables.records), rows, result="none", many=True)
+
+    def _fix_dimension(self, dimension: int) -> Session[None]:
+        """Type the column ``vector(dimension)`` unless it has a type; refuse another dimension."""
+        lock = sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self._tables.records)
+        yield Statement(lock, result="none")
+        current = yield from self._dimension_session()  # another process may have fixed it first
         if current is None:
             for statement in self._tables.fix_dimension(dimension):
-                connection.execute(statement)
+                yield Statement(statement, result="none")
             current = dimension
         check_same_dimension(current, dimension)
 
-    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
-        for record in records:
-            _check_no_nul(record)
-            if record.scope.tenant is None:  # core refuses these first; the column is NOT NULL
-                raise ScopeError(f"record {record.id} names no tenant; every PostgreSQL record has one")
-        rows = [
-            (
-                storage_id(record.scope, record.id),
-                record.id,
-                record.scope.tenant,
-                record.scope.user_id,
-                record.scope.agent_id,
-                record.scope.session_id,
-                *column_values(record).values(),
-                fold_content(record.message.content),
-                Jsonb(record.metadata),
-                record.model_dump_json(),
-                None if vectors is None else vectors[row],
-            )
-            for row, record in enumerate(records)
-        ]
-        statement = sql.SQL(_UPSERT).format(self._tables.records)
-        fixing = vectors is not None and self._dimension != vectors.shape[1]
-        with self._connection("add records") as connection, connection.transaction():
-            if vectors is not None and fixing:
-                self._fix_dimension(connection, vectors.shape[1])
-            with connection.cursor() as cursor:
-                cursor.executemany(statement, rows)
-        if vectors is not None and fixing:
-            self._dimension = vectors.shape[1]  # committed: the column is vector(n) for everyone now
-
     def _select(
-        self,
-        connection: psycopg.Connection[Any],
-        where: Condition,
-        tail: str = "",
-        tail_values: Sequence[Any] = (),
-    ) -> builtins.list[MemoryRecord]:
+        self, where: Condition, tail: str = "", tail_values: Sequence[Any] = ()
+    ) -> Session[builtins.list[MemoryRecord]]:
         text, values = where
         query = sql.SQL("SELECT record FROM {} WHERE " + text + tail).format(self._tables.records)
-        return [_record(row[0]) for row in connection.execute(query, [*values, *tail_values])]
+        rows = yield Statement(query, [*values, *tail_values])
+        return [_record(row[0]) for row in rows]
 
     def _expresses(self, comparison: Comparison) -> bool:
         return expresses(comparison)
 
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
-        with self._connection("get records") as connection:
-            return self._select(connection, _where(scope_condition(scope), ("id = ANY(%s)", [ids])))
+        return self._run("get records", self._select(_by_ids(scope, ids)))
+
+    async def _aget(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
+        return await self._arun_session("get records", self._select(_by_ids(scope, ids)))
 
     def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
-        text, values = _where(scope_condition(scope), ("id = ANY(%s)", [ids]), ("embedding IS NOT NULL", []))
-        query = sql.SQL("SELECT id, embedding FROM {} WHERE " + text).format(self._tables.records)
-        with self._connection("read vectors") as connection:
-            rows = connection.execute(query, values).fetchall()
+        return self._run("read vectors", self._vectors_session(scope, ids))
+
+    async def _avectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
+        return await self._arun_session("read vectors", self._vectors_session(scope, ids))
+
+    def _vectors_session(
+        self, scope: Scope, ids: builtins.list[UUID]
+    ) -> Session[builtins.list[tuple[UUID, Matrix]]]:
+        text, values = _where(_by_ids(scope, ids), ("embedding IS NOT NULL", []))
+        rows = yield Statement(
+            sql.SQL("SELECT id, embedding FROM {} WHERE " + text).format(self._tables.records), values
+        )
         return [(row[0], row[1].to_numpy().astype(np.float32)) for row in rows]
 
     def _list(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        return self._run("list records", self._list_session(scope, query))
+
+    async def _alist(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        return await self._arun_session("list records", self._list_session(scope, query))
+
+    def _list_session(self, scope: Scope, query: ListQuery) -> Session[builtins.list[MemoryRecord]]:
         conditions = [scope_condition(scope), compile_filter(query.filter)]
         if query.before is not None:
             conditions.append(("created_at < %s", [epoch_micros(query.before)]))
@@ -295,20 +256,27 @@ class PgvectorStore(BaseStore):
             conditions.append(("created_at > %s", [epoch_micros(query.after)]))
         direction = "DESC" if query.order == "desc" else "ASC"
         tail = f" ORDER BY created_at {direction}, id {direction}, key {direction}"
-        with self._connection("list records") as connection:
-            if query.limit is None:
-                return self._select(connection, _where(*conditions), tail)
-            return self._select(connection, _where(*conditions), tail + " LIMIT %s", [query.limit])
+        if query.limit is None:
+            return (yield from self._select(_where(*conditions), tail))
+        return (yield from self._select(_where(*conditions), tail + " LIMIT %s", [query.limit]))
 
     def _search(self, scope: Scope, request: SearchQuery) -> builtins.list[ScoredRecord]:
+        return self._run("search", self._search_session(scope, request))
+
+    async def _asearch(self, scope: Scope, request: SearchQuery) -> builtins.list[ScoredRecord]:
+        return await self._arun_session("search", self._search_session(scope, request))
+
+    def _search_session(self, scope: Scope, request: SearchQuery) -> Session[builtins.list[ScoredRecord]]:
         query, text, limit = request.vector, request.text, request.limit
         conditions = [scope_condition(scope), compile_filter(request.filter)]
         if text is not None:
-            conditions.append(self._text_condition(text, conditions))
+            conditions.append((yield from self._text_condition(text, conditions)))
         if query is None:
-            records = self._list_newest(_where(*conditions), limit)
+            records = yield from self._select(_where(*conditions), _NEWEST_FIRST, [limit])
             return [ScoredRecord.of(record, 1.0) for record in records]
-        if self.dimension is None:  # an embedder is bound but no vector was written yet
+        if self._dimension is None:  # another process may have written the first vector since
+            self._dimension = yield from self._dimension_session()
+        if self._dimension is None:  # an embedder is bound but no vector was written yet
             return []
         where_text, values = _where(*conditions, ("embedding IS NOT NULL", []))
         statement = sql.SQL(
@@ -317,13 +285,12 @@ class PgvectorStore(BaseStore):
             + " ORDER BY embedding <=> %s LIMIT %s"
         ).format(self._tables.records)
         vector = query[0]
-        with self._connection("search") as connection:
-            rows = connection.execute(statement, [vector, *values, vector, limit]).fetchall()
+        rows = yield Statement(statement, [vector, *values, vector, limit])
         # relaxed_order may return a few hits slightly out of order: settle it here.
         rows.sort(key=lambda row: row[1])
         return [ScoredRecord.of(_record(data), clamp_score(1.0 - distance)) for data, distance in rows]
 
-    def _text_condition(self, text: str, conditions: builtins.list[Condition]) -> Condition:
+    def _text_condition(self, text: str, conditions: builtins.list[Condition]) -> Session[Condition]:
         """``text`` in the content, case-insensitively, exactly as :func:`memcore.store.text_matches`.
 
         The folded copy holds a NUL of the content as :data:`~memcore_pgvector.schema.NUL_MARK`
@@ -335,34 +302,42 @@ class PgvectorStore(BaseStore):
         condition = ("strpos(content_folded, %s) > 0", [fold_content(text)])
         if "\x00" not in folded and NUL_MARK not in folded:
             return condition
-        with self._connection("search text") as connection:
-            candidates = self._select(connection, _where(*conditions, condition))
+        candidates = yield from self._select(_where(*conditions, condition))
         return _keys_of([r for r in candidates if text_matches(text, r.message.content)])
 
-    def _list_newest(self, where: Condition, limit: int) -> builtins.list[MemoryRecord]:
-        with self._connection("search") as connection:
-            return self._select(
-                connection, where, " ORDER BY created_at DESC, id DESC, key DESC LIMIT %s", [limit]
-            )
-
     def _count(self, scope: Scope, node: Filter | None) -> int:
+        return self._run("count records", self._count_session(scope, node))
+
+    async def _acount(self, scope: Scope, node: Filter | None) -> int:
+        return await self._arun_session("count records", self._count_session(scope, node))
+
+    def _count_session(self, scope: Scope, node: Filter | None) -> Session[int]:
         text, values = _where(scope_condition(scope), compile_filter(node))
-        query = sql.SQL("SELECT count(*) FROM {} WHERE " + text).format(self._tables.records)
-        with self._connection("count records") as connection:
-            row = connection.execute(query, values).fetchone()
-        return 0 if row is None else int(row[0])
+        rows = yield Statement(
+            sql.SQL("SELECT count(*) FROM {} WHERE " + text).format(self._tables.records), values
+        )
+        return int(rows[0][0]) if rows else 0
 
     def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
-        return self._delete_matching(_where(scope_condition(scope), ("id = ANY(%s)", [ids])))
+        return self._run("delete records", self._deletion(_by_ids(scope, ids)))
+
+    async def _adelete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
+        return await self._arun_session("delete records", self._deletion(_by_ids(scope, ids)))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
-        return self._delete_matching(_where(scope_condition(scope), compile_filter(node)))
+        return self._run(
+            "delete records", self._deletion(_where(scope_condition(scope), compile_filter(node)))
+        )
 
-    def _delete_matching(self, where: Condition) -> int:
+    async def _adelete_where(self, scope: Scope, node: Filter | None) -> int:
+        where = _where(scope_condition(scope), compile_filter(node))
+        return await self._arun_session("delete records", self._deletion(where))
+
+    def _deletion(self, where: Condition) -> Session[int]:
         text, values = where
         statement = sql.SQL("DELETE FROM {} WHERE " + text).format(self._tables.records)
-        with self._connection("delete records") as connection:
-            return connection.execute(statement, values).rowcount
+        deleted: int = yield Statement(statement, values, result="rowcount")
+        return deleted
 
     def purge(self) -> None:
         """Rewrite the tables without their deleted rows, and the planner statistics without their values.
@@ -386,9 +361,7 @@ class PgvectorStore(BaseStore):
 
         with (
             translated("purge", self.location),
-            psycopg.connect(
-                self._conninfo, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
-            ) as connection,
+            psycopg.connect(self._conninfo, autocommit=True, connect_timeout=CONNECT_SECONDS) as connection,
         ):
             for table in (self._tables.records, self._tables.meta):
                 connection.execute(sql.SQL("VACUUM FULL {}").format(table))
@@ -422,7 +395,7 @@ class PgvectorStore(BaseStore):
 
     def _load_vector_space(self) -> VectorSpace | None:
         query = sql.SQL("SELECT value FROM {} WHERE key = 'vector_space'").format(self._tables.meta)
-        with self._connection("read the vector space") as connection:
+        with self._connections.connection("read the vector space") as connection:
             row = connection.execute(query).fetchone()
         if row is None:
             return None
@@ -442,7 +415,7 @@ class PgvectorStore(BaseStore):
             "INSERT INTO {} (key, value) VALUES ('vector_space', %s) ON CONFLICT (key) DO NOTHING"
         ).format(self._tables.meta)
         value = {"embedder": space.embedder, "dimension": space.dimension}
-        with self._connection("save the vector space") as connection:
+        with self._connections.connection("save the vector space") as connection:
             connection.execute(statement, [Jsonb(value)])
         bound = self._load_vector_space()  # another process may have bound it first
         if bound != space:
@@ -452,7 +425,35 @@ class PgvectorStore(BaseStore):
             )
 
     def _close(self) -> None:
-        self._pool.close()
+        self._connections.close()
+
+
+def _by_ids(scope: Scope, ids: builtins.list[UUID]) -> Condition:
+    return _where(scope_condition(scope), ("id = ANY(%s)", [ids]))
+
+
+def _rows(records: builtins.list[MemoryRecord], vectors: Matrix | None) -> builtins.list[tuple[Any, ...]]:
+    """The upsert's parameter rows (:data:`_INSERTED`), each record checked for what PostgreSQL refuses."""
+    for record in records:
+        _check_no_nul(record)
+        if record.scope.tenant is None:  # core refuses these first; the column is NOT NULL
+            raise ScopeError(f"record {record.id} names no tenant; every PostgreSQL record has one")
+    return [
+        (
+            storage_id(record.scope, record.id),
+            record.id,
+            record.scope.tenant,
+            record.scope.user_id,
+            record.scope.agent_id,
+            record.scope.session_id,
+            *column_values(record).values(),
+            fold_content(record.message.content),
+            Jsonb(record.metadata),
+            record.model_dump_json(),
+            None if vectors is None else vectors[row],
+        )
+        for row, record in enumerate(records)
+    ]
 
 
 def _check_no_nul(record: MemoryRecord) -> None:

@@ -307,10 +307,10 @@ def test_statements_that_cannot_succeed_on_retry_are_not_unavailable(
 ) -> None:
     with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
         too_many = "SELECT 1 WHERE 1 = ANY(ARRAY[" + ", ".join(["%s"] * 70_000) + "]::int[])"
-        with pytest.raises(StoreError) as raised, store._connection("test") as connection:
+        with pytest.raises(StoreError) as raised, store._connections.connection("test") as connection:
             connection.execute(too_many, list(range(70_000)))
         assert not isinstance(raised.value, StoreUnavailableError)
-        with pytest.raises(StoreError) as raised, store._connection("test") as connection:
+        with pytest.raises(StoreError) as raised, store._connections.connection("test") as connection:
             connection.execute("SELECT array_fill(1, ARRAY[200000000])")  # 54000: over a limit
         assert not isinstance(raised.value, StoreUnavailableError)
         assert store.count(SCOPE) == 0  # and the pool is fine
