@@ -7,24 +7,41 @@ capabilities; everything else is :class:`~memcore_chroma.store.ChromaStoreBase`.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
 from pathlib import Path
-from typing import ClassVar, Self
-from uuid import uuid4
+from typing import Any, ClassVar, Self, TypeVar
+from uuid import UUID, uuid4
 
 from memcore.errors import InvalidInputError
+from memcore.filters import Filter
+from memcore.queries import ListQuery, SearchQuery
+from memcore.records import MemoryRecord, ScoredRecord
+from memcore.scope import Scope
 from memcore.store import Capabilities
 from memcore.urls import COLLECTION, StoreURL
-from memcore.validation import check_dimension
+from memcore.validation import Matrix, check_dimension
 from memcore_chroma import connection, urls
+from memcore_chroma.async_client import AsyncReader
+from memcore_chroma.calls import Session, arun_calls
 from memcore_chroma.connection import Connection
 from memcore_chroma.errors import ExclusiveMaintenanceError, translated
-from memcore_chroma.opening import DEFAULT_COLLECTION, check_collection_name, check_ef_search
+from memcore_chroma.opening import (
+    DEFAULT_COLLECTION,
+    META_INDEX_DIMENSION,
+    check_collection_name,
+    check_ef_search,
+    int_value,
+)
 from memcore_chroma.store import ChromaStoreBase
 
 __all__ = ["ChromaHttpStore", "ChromaMemoryStore", "ChromaStore"]
 
-_inherited: list[Connection] = []
+_inherited: list[Connection | AsyncReader] = []
 """Server connections a forked child inherited: never used, closed or collected there."""
+_closing: set[asyncio.Future[None]] = set()
+T = TypeVar("T")
 
 
 def _connect(address: urls.ServerAddress) -> Connection:
@@ -144,6 +161,8 @@ class ChromaHttpStore(ChromaStoreBase):
             raise InvalidInputError(f"exclusive must be a bool, got {exclusive!r}")
         self._address = address
         self.rebuilds_safely = exclusive
+        self._reader: AsyncReader | None = None
+        self._reader_lock = threading.Lock()
         super().__init__(_connect(address), collection, dimension, ef_search)
 
     url_params: ClassVar[frozenset[str]] = urls.SERVER_PARAMS
@@ -174,8 +193,69 @@ class ChromaHttpStore(ChromaStoreBase):
         (chromadb keys HTTP systems by a random id, never by settings), so nothing is shared.
         """
         _inherited.append(self._connection)
+        if self._reader is not None:
+            _inherited.append(self._reader)
+        self._reader, self._reader_lock = None, threading.Lock()
         self._connection = _connect(self._address)
         self._generation = -1  # fetch the collection handle anew, through the new client
+
+    # -- the async API's reads: chromadb's async client, on the first loop that calls ------------
+    # Writes stay on the store's workers: each holds this process's write lock (a thread lock)
+    # across the read of the entries it replaces and their upsert, which a coroutine cannot hold.
+
+    def _native_on_this_loop(self) -> bool:
+        loop = asyncio.get_running_loop()
+        with self._reader_lock:
+            if self._closed or self._process != os.getpid():  # a forked child reconnects first
+                return False
+            if self._reader is not None and self._reader.loop.is_closed():
+                self._reader = None  # its HTTP client belonged to that loop
+            if self._reader is None:
+                self._reader = AsyncReader(self._address, self._name, loop)
+            return self._reader.loop is loop
+
+    async def _read(self, session: Session[T]) -> T:
+        reader = self._reader
+        if reader is None or reader.loop is not asyncio.get_running_loop():
+            raise self._closed_error()  # closed (or reset by a fork) since the call started
+        return await arun_calls(session, reader.make, self._worker_pool().run)
+
+    async def _aget(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
+        return await self._read(self._get_session(scope, ids))
+
+    async def _avectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
+        return await self._read(self._vectors_session(scope, ids))
+
+    async def _alist(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
+        return await self._read(self._list_session(scope, query))
+
+    async def _acount(self, scope: Scope, node: Filter | None) -> int:
+        return await self._read(self._count_session(scope, node))
+
+    async def _asearch(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
+        if request.vector is not None and int_value(self._meta, META_INDEX_DIMENSION) not in (
+            None,
+            request.vector.shape[1],
+        ):
+            # Only stand-ins indexed so far, in another size: reading the metadata anew is sync.
+            return await self._worker_pool().run(self._search, scope, request)
+        return await self._read(self._search_session(scope, request))
+
+    def _close(self) -> None:
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        if reader is not None and reader.loop.is_running():
+            try:
+                on_the_loop = asyncio.get_running_loop() is reader.loop
+            except RuntimeError:
+                on_the_loop = False
+            if on_the_loop:
+                closing: asyncio.Future[Any] = reader.loop.create_task(reader.aclose())
+                _closing.add(closing)
+                closing.add_done_callback(_closing.discard)
+            else:
+                asyncio.run_coroutine_threadsafe(reader.aclose(), reader.loop).result(timeout=30)
+        super()._close()
 
     def purge(self) -> None:
         """Refused: on a server, a rebuild would lose other clients' concurrent writes.

@@ -1,5 +1,8 @@
 """How the Chroma stores read in order and search: the heuristics Chroma's API calls for.
 
+Each read is a session of calls on the collection (:mod:`memcore_chroma.calls`), run through the
+sync client or, on a server, the async one.
+
 Chroma cannot order by a field, and its HNSW search can stop short under a selective
 ``where``. These functions get ordered windows and ranked hits from it anyway, exactly:
 each is given a ``where`` that selects a superset of the wanted records (the scope and
@@ -10,16 +13,24 @@ that settles the rest.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
-from chromadb.api.models.Collection import Collection
 
 from memcore.filters import Filter
 from memcore.kit import clamp_score, order_key
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.validation import Matrix
-from memcore_chroma.encoding import CREATED_AT_KEY, RECORD_ID_KEY, Where, all_of, decode, entry_id
+from memcore_chroma.calls import Session, collection_call
+from memcore_chroma.encoding import (
+    CREATED_AT_KEY,
+    RECORD_ID_KEY,
+    Where,
+    all_of,
+    decode,
+    decode_found,
+    entry_id,
+)
 from memcore_chroma.filters import CompiledFilter
 
 MIN_OVERFETCH = 64
@@ -32,12 +43,13 @@ LISTING_SAMPLE = 2
 T = TypeVar("T")
 
 
-class CollectionReader(Protocol):
-    """What these reads need of a store: calls on its collection, and the records a ``where`` selects."""
-
-    def _call(self, action: str, operation: Callable[[Collection], T]) -> T: ...
-
-    def _candidates(self, where: Where | None, ids: Sequence[str] | None = None) -> list[MemoryRecord]: ...
+def candidates(where: Where | None, ids: Sequence[str] | None = None) -> Session[list[MemoryRecord]]:
+    """The records ``where`` selects (among ``ids``, if given)."""
+    chosen = None if ids is None else list(ids)
+    found = yield from collection_call(
+        "reading records", "get", ids=chosen, where=where, include=["documents"]
+    )
+    return decode_found(found)
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -47,23 +59,22 @@ def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 
 def ordered(
-    reader: CollectionReader,
     where: Where | None,
     node: Filter | None,
     compiled: CompiledFilter,
     descending: bool,
     limit: int | None,
-) -> list[MemoryRecord]:
+) -> Session[list[MemoryRecord]]:
     """The records ``where`` selects that match ``node`` (compiled into ``compiled``), in
     (created_at, id) order, the first ``limit``."""
     if limit is None:
-        records = [r for r in reader._candidates(where) if compiled.admits(node, r)]
+        records = [r for r in (yield from candidates(where)) if compiled.admits(node, r)]
         return sorted(records, key=order_key, reverse=descending)
-    window = newest_or_oldest(reader, where, limit, descending) if compiled.exact else None
+    window = (yield from newest_or_oldest(where, limit, descending)) if compiled.exact else None
     if window is not None:
         return sorted(window, key=order_key, reverse=descending)[:limit]
     # Order by the small metadata first, then read only the documents needed.
-    found = reader._call("listing records", lambda c: c.get(where=where, include=["metadatas"]))
+    found = yield from collection_call("listing records", "get", where=where, include=["metadatas"])
     # (time, record id) as order_key orders records; the entry id only settles two scopes' namesakes.
     keys = sorted(
         (
@@ -77,16 +88,14 @@ def ordered(
     result: list[MemoryRecord] = []
     for chunk in chunks(entries, chunk_size):
         # Scoped again: a record deleted (and its id reused elsewhere) since is skipped.
-        by_id = {entry_id(r): r for r in reader._candidates(where, chunk)}
+        by_id = {entry_id(r): r for r in (yield from candidates(where, chunk))}
         result += [by_id[i] for i in chunk if i in by_id and compiled.admits(node, by_id[i])]
         if len(result) >= limit:
             break
     return result[:limit]
 
 
-def newest_or_oldest(
-    reader: CollectionReader, where: Where | None, limit: int, descending: bool
-) -> list[MemoryRecord] | None:
+def newest_or_oldest(where: Where | None, limit: int, descending: bool) -> Session[list[MemoryRecord] | None]:
     """Records ``where`` selects, among them its ``limit`` newest (``descending``) or oldest;
     ``None`` if records were deleted meanwhile.
 
@@ -98,32 +107,31 @@ def newest_or_oldest(
     read larger, up to every match, as when sorting them all. No more than
     ``LISTING_SAMPLE * limit`` matches are read whole.
     """
-    ids = reader._call("listing ids", lambda c: c.get(where=where, include=[]))["ids"]
+    ids = (yield from collection_call("listing ids", "get", where=where, include=[]))["ids"]
     size = LISTING_SAMPLE * limit
     if len(ids) <= size:
-        return reader._candidates(where)
+        return (yield from candidates(where))
     sample = ids[-size:] if descending else ids[:size]
     # Read without ``where`` (by id, cheap): only their times are used, as the bound.
-    sampled = reader._call("sampling times", lambda c: c.get(ids=sample, include=["metadatas"]))
-    times = [int(meta[CREATED_AT_KEY]) for meta in sampled["metadatas"] or []]  # type: ignore[arg-type]
+    sampled = yield from collection_call("sampling times", "get", ids=sample, include=["metadatas"])
+    times = [int(meta[CREATED_AT_KEY]) for meta in sampled["metadatas"] or []]
     if not times:
         return None  # all deleted meanwhile
     bound: Where = (
         {CREATED_AT_KEY: {"$gte": min(times)}} if descending else {CREATED_AT_KEY: {"$lte": max(times)}}
     )
     bounded = all_of([where, bound] if where is not None else [bound])
-    records = reader._candidates(bounded)
+    records = yield from candidates(bounded)
     return records if len(records) >= limit else None
 
 
 def vector_search(
-    reader: CollectionReader,
     where: Where | None,
     query: Matrix,
     wanted: Callable[[MemoryRecord], bool],
     limit: int,
     exact_where: bool,
-) -> list[ScoredRecord]:
+) -> Session[list[ScoredRecord]]:
     """The ``limit`` records nearest ``query`` among those ``where`` selects and ``wanted`` keeps.
 
     :param exact_where: ``where`` selects only wanted records, so Chroma's first ``limit`` hits
@@ -131,11 +139,13 @@ def vector_search(
     """
     fetch = limit if exact_where else max(limit * 4, MIN_OVERFETCH)
     while True:
-        found = reader._call(
+        found = yield from collection_call(
             "searching",
-            lambda c, n=fetch: c.query(  # type: ignore[misc]
-                query_embeddings=query, n_results=n, where=where, include=["documents", "distances"]
-            ),
+            "query",
+            query_embeddings=query,
+            n_results=fetch,
+            where=where,
+            include=["documents", "distances"],
         )
         ids, documents = found["ids"][0], (found["documents"] or [[]])[0]
         distances = (found["distances"] or [[]])[0]
@@ -151,21 +161,22 @@ def vector_search(
         if len(ids) < fetch:
             # Fewer than asked: either every candidate was seen, or HNSW gave up
             # early under a selective filter; then rank the candidates exactly.
-            total = reader._call("counting candidates", lambda c: len(c.get(where=where, include=[])["ids"]))
-            return hits if total <= len(ids) else exact_search(reader, where, query, wanted, limit)
+            every = yield from collection_call("counting candidates", "get", where=where, include=[])
+            if len(every["ids"]) <= len(ids):
+                return hits
+            return (yield from exact_search(where, query, wanted, limit))
         fetch *= 4
 
 
 def exact_search(
-    reader: CollectionReader,
     where: Where | None,
     query: Matrix,
     wanted: Callable[[MemoryRecord], bool],
     limit: int,
-) -> list[ScoredRecord]:
+) -> Session[list[ScoredRecord]]:
     """Rank every candidate by cosine similarity with numpy (vectors are stored unit-length)."""
-    found = reader._call(
-        "searching exactly", lambda c: c.get(where=where, include=["embeddings", "documents"])
+    found = yield from collection_call(
+        "searching exactly", "get", where=where, include=["embeddings", "documents"]
     )
     if not found["ids"]:
         return []

@@ -28,7 +28,7 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import numpy as np
@@ -50,6 +50,7 @@ from memcore.scope import Scope
 from memcore.store import BaseStore, VectorSpace, text_matches
 from memcore.validation import Matrix
 from memcore_chroma import connection, erasure, reads, rebuild, recovery
+from memcore_chroma.calls import CollectionCall, Session, collection_call, run_calls
 from memcore_chroma.connection import Connection
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
@@ -57,7 +58,6 @@ from memcore_chroma.encoding import (
     VECTOR_KEY,
     Where,
     all_of,
-    decode_found,
     encode,
     entry_id,
     flat_metadata,
@@ -248,22 +248,24 @@ class ChromaStoreBase(BaseStore):
             clauses.append(compiled.where)
         return all_of([*clauses, *extra])
 
-    def _candidates(self, where: Where | None, ids: Sequence[str] | None = None) -> list[MemoryRecord]:
-        """The records ``where`` selects (among ``ids``, if given)."""
-        chosen = None if ids is None else list(ids)
-        return decode_found(
-            self._call("reading records", lambda c: c.get(ids=chosen, where=where, include=["documents"]))
-        )
+    def _run(self, session: Session[T]) -> T:
+        """Run a read's session (:mod:`memcore_chroma.calls`) through the sync client."""
+        return run_calls(session, self._make)
 
-    def _matching_entries(self, scope: Scope, node: Filter | None) -> tuple[list[str], Where | None]:
+    def _make(self, call: CollectionCall) -> Any:
+        return self._call(call.action, lambda collection: getattr(collection, call.method)(**call.kwargs))
+
+    def _matching_entries(self, scope: Scope, node: Filter | None) -> Session[tuple[list[str], Where | None]]:
         """The entry ids of the records in ``scope`` that match ``node``, and a ``where`` selecting them."""
         compiled = compile_filter(node)
         if compiled.nothing:
             return [], None
         where = self._where(scope, compiled)
         if compiled.exact:
-            return self._call("finding records", lambda c: c.get(where=where, include=[]))["ids"], where
-        return [entry_id(r) for r in self._candidates(where) if compiled.admits(node, r)], where
+            found = yield from collection_call("finding records", "get", where=where, include=[])
+            return found["ids"], where
+        records = yield from reads.candidates(where)
+        return [entry_id(r) for r in records if compiled.admits(node, r)], where
 
     @staticmethod
     def _of_ids(scope: Scope, ids: list[UUID]) -> Iterator[Where | None]:
@@ -423,20 +425,28 @@ class ChromaStoreBase(BaseStore):
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._connection.write_lock:
-            entries, where = self._matching_entries(scope, node)
+            entries, where = self._run(self._matching_entries(scope, node))
             return self._delete_ids(entries, where)
 
     # -- reading ---------------------------------------------------------------
 
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
-        return [record for where in self._of_ids(scope, ids) for record in self._candidates(where)]
+        return self._run(self._get_session(scope, ids))
+
+    def _get_session(self, scope: Scope, ids: list[UUID]) -> Session[list[MemoryRecord]]:
+        found: list[MemoryRecord] = []
+        for where in self._of_ids(scope, ids):
+            found += yield from reads.candidates(where)
+        return found
 
     def _vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
+        return self._run(self._vectors_session(scope, ids))
+
+    def _vectors_session(self, scope: Scope, ids: list[UUID]) -> Session[list[tuple[UUID, Matrix]]]:
         found: list[tuple[UUID, Matrix]] = []
         for where in self._of_ids(scope, ids):
-            page = self._call(
-                "reading vectors",
-                lambda c, where=where: c.get(where=where, include=["embeddings", "metadatas"]),  # type: ignore[misc]
+            page = yield from collection_call(
+                "reading vectors", "get", where=where, include=["embeddings", "metadatas"]
             )
             embeddings = page["embeddings"] if page["embeddings"] is not None else []
             found += [
@@ -447,12 +457,19 @@ class ChromaStoreBase(BaseStore):
         return found
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
-        return len(self._matching_entries(scope, node)[0])
+        return self._run(self._count_session(scope, node))
+
+    def _count_session(self, scope: Scope, node: Filter | None) -> Session[int]:
+        entries, _ = yield from self._matching_entries(scope, node)
+        return len(entries)
 
     def _expresses(self, comparison: Comparison) -> bool:
         return expresses(comparison)
 
     def _list(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
+        return self._run(self._list_session(scope, query))
+
+    def _list_session(self, scope: Scope, query: ListQuery) -> Session[list[MemoryRecord]]:
         compiled = compile_filter(query.filter)
         if compiled.nothing:
             return []
@@ -462,9 +479,15 @@ class ChromaStoreBase(BaseStore):
         if query.before is not None:
             bounds.append({CREATED_AT_KEY: {"$lt": epoch_micros(query.before)}})
         where = self._where(scope, compiled, *bounds)
-        return reads.ordered(self, where, query.filter, compiled, query.order == "desc", query.limit)
+        return (yield from reads.ordered(where, query.filter, compiled, query.order == "desc", query.limit))
 
     def _search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
+        if request.vector is not None and not self._indexes_vectors_of(request.vector.shape[1]):
+            return []
+        return self._run(self._search_session(scope, request))
+
+    def _search_session(self, scope: Scope, request: SearchQuery) -> Session[list[ScoredRecord]]:
+        """The search, once :meth:`_indexes_vectors_of` said the index may hold the query's vectors."""
         query, text, node, limit = request.vector, request.text, request.filter, request.limit
         compiled = compile_filter(node)
         if compiled.nothing:
@@ -476,13 +499,11 @@ class ChromaStoreBase(BaseStore):
             )
 
         if query is None:
-            records = [r for r in self._candidates(self._where(scope, compiled)) if wanted(r)]
+            records = [r for r in (yield from reads.candidates(self._where(scope, compiled))) if wanted(r)]
             records.sort(key=order_key, reverse=True)
             return [ScoredRecord.of(r, 1.0) for r in records[:limit]]
-        if not self._indexes_vectors_of(query.shape[1]):
-            return []
         where = self._where(scope, compiled, {VECTOR_KEY: True})
-        return reads.vector_search(self, where, query, wanted, limit, compiled.exact and text is None)
+        return (yield from reads.vector_search(where, query, wanted, limit, compiled.exact and text is None))
 
     def _indexes_vectors_of(self, dimension: int) -> bool:
         """Whether the index may hold vectors of ``dimension``.
