@@ -19,12 +19,13 @@ from memcore.filters import Filter
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
+from memcore.sessions import arun_session
 from memcore.store import Capabilities
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix, check_dimension
 from memcore_chroma import connection, urls
 from memcore_chroma.async_client import AsyncReader
-from memcore_chroma.calls import Session, arun_calls
+from memcore_chroma.calls import Session, many_entries
 from memcore_chroma.connection import Connection
 from memcore_chroma.errors import ExclusiveMaintenanceError, translated
 from memcore_chroma.opening import (
@@ -218,7 +219,7 @@ class ChromaHttpStore(ChromaStoreBase):
         reader = self._reader
         if reader is None or reader.loop is not asyncio.get_running_loop():
             raise self._closed_error()  # closed (or reset by a fork) since the call started
-        return await arun_calls(session, reader.make, self._worker_pool().run)
+        return await arun_session(session, reader.make, self._worker_pool().run, heavy=many_entries)
 
     async def _aget(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         return await self._read(self._get_session(scope, ids))

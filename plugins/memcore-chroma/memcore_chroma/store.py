@@ -47,10 +47,11 @@ from memcore.kit import check_same_dimension, order_key
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope
+from memcore.sessions import run_session
 from memcore.store import BaseStore, VectorSpace, text_matches
 from memcore.validation import Matrix
 from memcore_chroma import connection, erasure, reads, rebuild, recovery
-from memcore_chroma.calls import CollectionCall, Session, collection_call, run_calls
+from memcore_chroma.calls import CollectionCall, Session, collection_call
 from memcore_chroma.connection import Connection
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
@@ -250,7 +251,7 @@ class ChromaStoreBase(BaseStore):
 
     def _run(self, session: Session[T]) -> T:
         """Run a read's session (:mod:`memcore_chroma.calls`) through the sync client."""
-        return run_calls(session, self._make)
+        return run_session(session, self._make)
 
     def _make(self, call: CollectionCall) -> Any:
         return self._call(call.action, lambda collection: getattr(collection, call.method)(**call.kwargs))

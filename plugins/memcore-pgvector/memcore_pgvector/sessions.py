@@ -1,28 +1,27 @@
 """A store hook's database work written once, run on a blocking or an asyncio connection.
 
-A hook's logic (building statements, deciding what to run next, decoding rows into records) is a
-*session*: a generator that yields each :class:`Statement` it needs executed and receives its
-result (the rows, or the number of rows changed), without touching a connection itself. The
-same session then runs on a psycopg ``Connection`` (:func:`run_session`, the store's sync API and
-its workers) or on an ``AsyncConnection`` on the event loop (:func:`arun_session`, the async
-API), the way :mod:`memcore.plans` runs the contract's logic once for both.
+A hook's statements are a session (:mod:`memcore.sessions`) yielding :class:`Statement` objects:
+:func:`run_statements` executes them on a psycopg ``Connection`` (the sync API and the store's
+workers), :func:`arun_statements` on an ``AsyncConnection`` on the event loop (the async API).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from contextlib import closing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import sql
 
+from memcore import sessions
+from memcore.sessions import Offload
+
 R = TypeVar("R")
 
 OFFLOAD_ROWS = 64
-"""From this many rows on, :func:`arun_session` decodes them (the session's next step) on a worker
-thread instead of the event loop: decoding a record costs tens of microseconds."""
+"""From this many rows on, :func:`arun_statements` decodes them (the session's next step) on a
+worker thread instead of the event loop: decoding a record costs tens of microseconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,67 +39,47 @@ class Statement:
     many: bool = False
 
 
-Session: TypeAlias = Generator[Statement, Any, R]
-"""A hook's work on one connection: yields statements, receives their results, returns the hook's."""
+Session: TypeAlias = sessions.Session[Statement, R]
 
 
-def run_session(connection: psycopg.Connection[Any], session: Session[R]) -> R:
+def run_statements(connection: psycopg.Connection[Any], session: Session[R]) -> R:
     """Run ``session`` on ``connection``, blocking."""
-    with closing(session):
-        done, value = _advance(session, None, first=True)
-        while not done:
-            step: Statement = value
-            with connection.cursor() as cursor:
-                if step.many:
-                    cursor.executemany(step.query, step.params)
-                else:
-                    cursor.execute(step.query, step.params)
-                rows = cursor.fetchall() if step.result == "rows" else None
-                result = _result(step, cursor.rowcount, rows)
-            done, value = _advance(session, result)
-        outcome: R = value
-        return outcome
+
+    def execute(step: Statement) -> Any:
+        with connection.cursor() as cursor:
+            if step.many:
+                cursor.executemany(step.query, step.params)
+            else:
+                cursor.execute(step.query, step.params)
+            return _result(step, cursor.rowcount, cursor.fetchall() if step.result == "rows" else None)
+
+    return sessions.run_session(session, execute)
 
 
-async def arun_session(
+async def arun_statements(
     connection: psycopg.AsyncConnection[Any],
     session: Session[R],
-    offload: Callable[..., Awaitable[tuple[bool, Any]]],
+    offload: Offload,
     *,
     heavy_start: bool = False,
 ) -> R:
-    """Run ``session`` on ``connection`` for the event loop: the loop waits for the server, and
-    ``offload(fn, *args)`` runs the CPU work that would make it late on a worker thread (the
-    session's step after :data:`OFFLOAD_ROWS` rows or more, and its first step if ``heavy_start``)."""
-    with closing(session):
-        if heavy_start:
-            done, value = await offload(_advance, session, None, True)
-        else:
-            done, value = _advance(session, None, first=True)
-        while not done:
-            step: Statement = value
-            async with connection.cursor() as cursor:
-                if step.many:
-                    await cursor.executemany(step.query, step.params)
-                else:
-                    await cursor.execute(step.query, step.params)
-                rows = await cursor.fetchall() if step.result == "rows" else None
-                result = _result(step, cursor.rowcount, rows)
-            if rows is not None and len(rows) >= OFFLOAD_ROWS:
-                done, value = await offload(_advance, session, result)
+    """Run ``session`` on ``connection`` for the event loop (:func:`memcore.sessions.arun_session`):
+    rows of :data:`OFFLOAD_ROWS` or more decoded, and the first step if ``heavy_start``, on a worker."""
+
+    async def execute(step: Statement) -> Any:
+        async with connection.cursor() as cursor:
+            if step.many:
+                await cursor.executemany(step.query, step.params)
             else:
-                done, value = _advance(session, result)
-        outcome: R = value
-        return outcome
+                await cursor.execute(step.query, step.params)
+            rows = await cursor.fetchall() if step.result == "rows" else None
+            return _result(step, cursor.rowcount, rows)
+
+    return await sessions.arun_session(session, execute, offload, heavy=_many_rows, heavy_start=heavy_start)
 
 
-def _advance(session: Session[Any], value: Any, first: bool = False) -> tuple[bool, Any]:
-    """The session's next statement, or its result once it ends: ``(done, statement or result)``
-    (StopIteration cannot cross from a worker thread into an asyncio future)."""
-    try:
-        return False, next(session) if first else session.send(value)
-    except StopIteration as stop:
-        return True, stop.value
+def _many_rows(result: Any) -> bool:
+    return isinstance(result, list) and len(result) >= OFFLOAD_ROWS
 
 
 def _result(step: Statement, rowcount: int, rows: list[Any] | None) -> Any:

@@ -50,7 +50,7 @@ from memcore_pgvector.connections import CONNECT_SECONDS, POOL_SIZE, Connections
 from memcore_pgvector.errors import translated
 from memcore_pgvector.filters import Condition, compile_filter, expresses, scope_condition
 from memcore_pgvector.schema import DEFAULT_TABLE, NUL_MARK, Tables, fold_content
-from memcore_pgvector.sessions import OFFLOAD_ROWS, Session, Statement, arun_session, run_session
+from memcore_pgvector.sessions import OFFLOAD_ROWS, Session, Statement, arun_statements, run_statements
 
 R = TypeVar("R")
 
@@ -154,8 +154,8 @@ class PgvectorStore(BaseStore):
         with self._connections.connection(action) as connection:
             if transaction:
                 with connection.transaction():
-                    return run_session(connection, session)
-            return run_session(connection, session)
+                    return run_statements(connection, session)
+            return run_statements(connection, session)
 
     async def _arun_session(
         self, action: str, session: Session[R], *, transaction: bool = False, heavy_start: bool = False
@@ -164,8 +164,8 @@ class PgvectorStore(BaseStore):
         async with self._connections.aconnection(action) as connection:
             if transaction:
                 async with connection.transaction():
-                    return await arun_session(connection, session, offload, heavy_start=heavy_start)
-            return await arun_session(connection, session, offload, heavy_start=heavy_start)
+                    return await arun_statements(connection, session, offload, heavy_start=heavy_start)
+            return await arun_statements(connection, session, offload, heavy_start=heavy_start)
 
     # -- the hooks: each a session, run by a sync hook and its async variant -------------------
 
