@@ -26,14 +26,15 @@ from memcore_chroma.urls import ServerAddress
 
 
 class AsyncReader:
-    """The async client of one store on one event loop, and the store's collection through it.
+    """The async client of one store on one event loop (a :class:`~memcore.loop_bound.LoopBound`),
+    and the store's collection through it.
 
     :param address: the server, tenant and database.
     :param collection: the collection's name.
     """
 
-    def __init__(self, address: ServerAddress, collection: str, loop: asyncio.AbstractEventLoop) -> None:
-        self._address, self._name, self.loop = address, collection, loop
+    def __init__(self, address: ServerAddress, collection: str) -> None:
+        self._address, self._name = address, collection
         self._api: AsyncFastAPI | None = None
         self._collection: AsyncCollection | None = None
         self._opening = asyncio.Lock()

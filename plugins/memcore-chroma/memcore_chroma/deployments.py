@@ -7,15 +7,13 @@ capabilities; everything else is :class:`~memcore_chroma.store.ChromaStoreBase`.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 from uuid import UUID, uuid4
 
 from memcore.errors import InvalidInputError
 from memcore.filters import Filter
+from memcore.loop_bound import LoopBound
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
@@ -39,9 +37,8 @@ from memcore_chroma.store import ChromaStoreBase
 
 __all__ = ["ChromaHttpStore", "ChromaMemoryStore", "ChromaStore"]
 
-_inherited: list[Connection | AsyncReader] = []
+_inherited: list[Connection] = []
 """Server connections a forked child inherited: never used, closed or collected there."""
-_closing: set[asyncio.Future[None]] = set()
 T = TypeVar("T")
 
 
@@ -162,8 +159,7 @@ class ChromaHttpStore(ChromaStoreBase):
             raise InvalidInputError(f"exclusive must be a bool, got {exclusive!r}")
         self._address = address
         self.rebuilds_safely = exclusive
-        self._reader: AsyncReader | None = None
-        self._reader_lock = threading.Lock()
+        self._reader = LoopBound(lambda: AsyncReader(address, collection), AsyncReader.aclose)
         super().__init__(_connect(address), collection, dimension, ef_search)
 
     url_params: ClassVar[frozenset[str]] = urls.SERVER_PARAMS
@@ -194,9 +190,7 @@ class ChromaHttpStore(ChromaStoreBase):
         (chromadb keys HTTP systems by a random id, never by settings), so nothing is shared.
         """
         _inherited.append(self._connection)
-        if self._reader is not None:
-            _inherited.append(self._reader)
-        self._reader, self._reader_lock = None, threading.Lock()
+        self._reader.forget_after_fork()
         self._connection = _connect(self._address)
         self._generation = -1  # fetch the collection handle anew, through the new client
 
@@ -205,19 +199,11 @@ class ChromaHttpStore(ChromaStoreBase):
     # across the read of the entries it replaces and their upsert, which a coroutine cannot hold.
 
     def _native_on_this_loop(self) -> bool:
-        loop = asyncio.get_running_loop()
-        with self._reader_lock:
-            if self._closed or self._process != os.getpid():  # a forked child reconnects first
-                return False
-            if self._reader is not None and self._reader.loop.is_closed():
-                self._reader = None  # its HTTP client belonged to that loop
-            if self._reader is None:
-                self._reader = AsyncReader(self._address, self._name, loop)
-            return self._reader.loop is loop
+        return not self._closed and self._reader.serves()
 
     async def _read(self, session: Session[T]) -> T:
-        reader = self._reader
-        if reader is None or reader.loop is not asyncio.get_running_loop():
+        reader = self._reader.client()
+        if reader is None:
             raise self._closed_error()  # closed (or reset by a fork) since the call started
         return await arun_session(session, reader.make, self._worker_pool().run, heavy=many_entries)
 
@@ -243,19 +229,7 @@ class ChromaHttpStore(ChromaStoreBase):
         return await self._read(self._search_session(scope, request))
 
     def _close(self) -> None:
-        with self._reader_lock:
-            reader, self._reader = self._reader, None
-        if reader is not None and reader.loop.is_running():
-            try:
-                on_the_loop = asyncio.get_running_loop() is reader.loop
-            except RuntimeError:
-                on_the_loop = False
-            if on_the_loop:
-                closing: asyncio.Future[Any] = reader.loop.create_task(reader.aclose())
-                _closing.add(closing)
-                closing.add_done_callback(_closing.discard)
-            else:
-                asyncio.run_coroutine_threadsafe(reader.aclose(), reader.loop).result(timeout=30)
+        self._reader.close()
         super()._close()
 
     def purge(self) -> None:

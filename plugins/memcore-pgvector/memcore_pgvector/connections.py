@@ -16,8 +16,6 @@ in ``asyncio.runners._cancel_all_tasks``). :class:`LoopPool` has no background t
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -29,6 +27,7 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from memcore.errors import StoreClosedError, StoreError
+from memcore.loop_bound import LoopBound
 from memcore_pgvector.errors import translated
 
 POOL_SIZE = 8
@@ -43,9 +42,9 @@ SEARCH_SETTINGS = "SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search =
 its ``limit`` hits (up to ``hnsw.max_scan_tuples``), each step exploring 100 candidates."""
 
 _inherited_pools: list[object] = []
-"""Pools a forked child inherited from its parent: kept referenced and never touched, so that
-nothing of them (no ``close()``, no libpq ``Terminate`` on the parent's sockets) ever runs here;
-psycopg's ``PGconn`` only calls ``PQfinish`` in the process that connected."""
+"""Blocking pools a forked child inherited from its parent: kept referenced and never touched, so
+that nothing of them (no ``close()``, no libpq ``Terminate`` on the parent's sockets) ever runs
+here; psycopg's ``PGconn`` only calls ``PQfinish`` in the process that connected."""
 
 
 def _configure(connection: psycopg.Connection[Any]) -> None:
@@ -66,12 +65,8 @@ class Connections:
 
     def __init__(self, conninfo: str, location: str, closed_error: Callable[[], StoreClosedError]) -> None:
         self._conninfo, self.location, self._closed_error = conninfo, location, closed_error
-        self._closed = False
-        self._process = os.getpid()
         self._pool = self._open_pool()
-        self._apool: LoopPool | None = None
-        self._aloop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()
+        self._loop_pool = LoopBound(lambda: LoopPool(conninfo), _aclose, LoopPool.close)
 
     def _open_pool(self) -> ConnectionPool[Any]:
         pool: ConnectionPool[Any] = ConnectionPool(
@@ -106,24 +101,14 @@ class Connections:
 
     def serves(self) -> bool:
         """Whether the running event loop's calls get native async connections (:meth:`aconnection`):
-        it is the loop the async pool belongs to, or the first to ask (the pool is then made for it)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if self._closed or self._process != os.getpid():  # a forked child reconnects first
-                return False
-            if self._apool is not None and self._aloop is not None and self._aloop.is_closed():
-                self._apool.close()
-                self._apool = self._aloop = None
-            if self._aloop is None:
-                self._aloop = loop
-                self._apool = LoopPool(self._conninfo)
-            return self._aloop is loop
+        see :meth:`memcore.loop_bound.LoopBound.serves`."""
+        return self._loop_pool.serves()
 
     @asynccontextmanager
     async def aconnection(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """:meth:`connection` for a loop :meth:`serves`: a connection of the async pool."""
-        pool = self._apool
-        if pool is None or self._aloop is not asyncio.get_running_loop():
+        pool = self._loop_pool.client()
+        if pool is None:
             raise self._closed_error()  # closed (or reset by a fork) since the call started
         with translated(action, self.location):
             try:
@@ -149,22 +134,20 @@ class Connections:
         inherited pools are dropped without being closed (their sockets are the parent's
         sessions: using one would interleave two processes' replies, closing one would send
         ``Terminate`` and end the parent's session)."""
-        self._lock = threading.Lock()  # the parent may have held it at the fork
         self._pool._closed = True  # its __del__ would signal worker threads that live in the parent
-        _inherited_pools.extend([self._pool, self._apool])
-        self._apool = self._aloop = None
+        _inherited_pools.append(self._pool)
+        self._loop_pool.forget_after_fork()
         with translated("reconnect in a forked process", self.location):
             self._pool = self._open_pool()
-        self._process = os.getpid()
 
     def close(self) -> None:
-        """Close both pools (from any thread: closing the loop's pool waits for nothing)."""
-        with self._lock:
-            self._closed = True
-            apool, self._apool, self._aloop = self._apool, None, None
+        """Close both pools (from any thread)."""
         self._pool.close()
-        if apool is not None:
-            apool.close()
+        self._loop_pool.close()
+
+
+async def _aclose(pool: LoopPool) -> None:
+    pool.close()
 
 
 class LoopPool:

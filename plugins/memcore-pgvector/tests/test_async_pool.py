@@ -86,7 +86,7 @@ def test_async_calls_run_on_the_loop_pool_within_its_size(
 
     blocking_searches = 64 * 3  # the sync reference searches above
     states = asyncio.run(main())
-    apool = store._connections._apool
+    apool = store._connections._loop_pool._client
     assert apool is not None and _requests(apool) >= 64 * 3 * 4
     assert _requests(store._connections._pool) == blocking + blocking_searches  # only the references
     assert apool.opened <= POOL_SIZE
@@ -100,7 +100,7 @@ def test_a_second_loop_uses_the_workers_until_the_first_is_gone(store: PgvectorS
     running.start()
     try:
         assert asyncio.run_coroutine_threadsafe(store.acount(ALICE), first).result(timeout=30) == 5
-        apool = store._connections._apool
+        apool = store._connections._loop_pool._client
         assert apool is not None
         native, blocking = _requests(apool), _requests(store._connections._pool)
         assert asyncio.run(store.acount(ALICE)) == 5  # another loop: on the workers
@@ -110,7 +110,7 @@ def test_a_second_loop_uses_the_workers_until_the_first_is_gone(store: PgvectorS
         running.join(timeout=30)
         first.close()
     assert asyncio.run(store.acount(ALICE)) == 5  # the first loop is gone: this one gets a pool
-    assert store._connections._apool is not apool
+    assert store._connections._loop_pool._client is not apool
 
 
 def test_cancelled_reads_leave_no_busy_connection(store: PgvectorStore, postgres: Postgres, app: str) -> None:
