@@ -40,8 +40,10 @@ from memcore.errors import DimensionMismatchError, EmbedderMismatchError, StoreC
 from memcore.kit import check_same_dimension
 from memcore.records import MemoryRecord
 from memcore.scope import storage_id
+from memcore.sessions import run_session
 from memcore.store import VectorSpace
 from memcore_qdrant import payload as fields
+from memcore_qdrant.calls import ClientCall, ClientSession
 from memcore_qdrant.engine import (
     SCROLL_PAGE,
     VECTOR_NAME,
@@ -365,9 +367,18 @@ class ClientEngine:
             self._dimension = dimension
         check_same_dimension(self._dimension, dimension)
 
+    # -- the calls of every turn: sessions of client calls, made on QdrantClient here and awaited
+    # on AsyncQdrantClient by a server store's async API (memcore_qdrant.calls) -----------------
+
+    def _make(self, call: ClientCall) -> Any:
+        return getattr(self._client, call.method)(*call.args, **call.kwargs)
+
     def upsert(self, points: Sequence[Point]) -> None:
+        run_session(self.upsert_calls(points), self._make)
+
+    def upsert_calls(self, points: Sequence[Point]) -> ClientSession[None]:
         structs = [models.PointStruct(id=str(p.id), vector=_vectors(p), payload=p.payload) for p in points]
-        self._client.upsert(self._collection, points=structs, wait=True)
+        yield ClientCall("upsert", (self._collection,), {"points": structs, "wait": True})
 
     def scroll(
         self,
@@ -378,27 +389,46 @@ class ClientEngine:
         with_vectors: bool = False,
         whole_payload: bool = False,
     ) -> list[Point]:
-        scroll_filter = render_filter(where)
+        return run_session(self.scroll_calls(where, limit, order, with_vectors, whole_payload), self._make)
+
+    def scroll_calls(
+        self,
+        where: Clause,
+        limit: int | None = None,
+        order: Direction | None = None,
+        with_vectors: bool = False,
+        whole_payload: bool = False,
+    ) -> ClientSession[list[Point]]:
+        """:meth:`scroll`: one ordered page, or page after page of :data:`SCROLL_PAGE` points."""
+        request: dict[str, Any] = {
+            "scroll_filter": render_filter(where),
+            "with_payload": _payload(whole_payload),
+            "with_vectors": with_vectors,
+        }
         if order is not None:
-            order_by = models.OrderBy(
-                key=fields.CREATED_AT,
-                direction=models.Direction.ASC if order == "asc" else models.Direction.DESC,
-            )
-            records, _ = self._client.scroll(
-                self._collection,
-                scroll_filter=scroll_filter,
-                limit=limit or SCROLL_PAGE,
-                order_by=order_by,
-                with_payload=_payload(whole_payload),
-                with_vectors=with_vectors,
+            direction = models.Direction.ASC if order == "asc" else models.Direction.DESC
+            request["order_by"] = models.OrderBy(key=fields.CREATED_AT, direction=direction)
+            records, _ = yield ClientCall(
+                "scroll", (self._collection,), {**request, "limit": limit or SCROLL_PAGE}
             )
             return [self._point(r) for r in records]
-        pages = self._pages(scroll_filter, with_vectors, limit, whole_payload)
-        return [point for page in pages for point in page]
+        found: list[Point] = []
+        offset: Any = None
+        while limit is None or len(found) < limit:
+            size = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - len(found))
+            records, offset = yield ClientCall(
+                "scroll", (self._collection,), {**request, "limit": size, "offset": offset}
+            )
+            found += [self._point(r) for r in records]
+            if offset is None:
+                break
+        return found
 
     def _pages(
         self, scroll_filter: models.Filter, with_vectors: bool, limit: int | None, whole_payload: bool = False
     ) -> Iterator[list[Point]]:
+        """Page after page, never holding more than one (migrations copy whole collections)."""
+
         def fetch(offset: Any, size: int) -> tuple[list[Point], Any]:
             records, next_offset = self._client.scroll(
                 self._collection,
@@ -420,34 +450,48 @@ class ClientEngine:
         return Point(UUID(str(record.id)), record.payload or {}, vector)
 
     def query(self, vector: Sequence[float], where: Clause, limit: int) -> list[Hit]:
-        response = self._client.query_points(
-            self._collection,
-            query=list(vector),
-            using=VECTOR_NAME,
-            query_filter=render_filter(where),
-            limit=limit,
-            with_payload=list(fields.READ_FIELDS),
-        )
-        return [Hit(UUID(str(p.id)), p.score, p.payload or {}) for p in response.points]
+        return run_session(self.query_calls(vector, where, limit), self._make)
+
+    def query_calls(self, vector: Sequence[float], where: Clause, limit: int) -> ClientSession[list[Hit]]:
+        return (yield from self._ranked(list(vector), VECTOR_NAME, where, limit))
 
     def keyword_query(self, query: SparseVector, where: Clause, limit: int) -> list[Hit]:
+        return run_session(self.keyword_query_calls(query, where, limit), self._make)
+
+    def keyword_query_calls(self, query: SparseVector, where: Clause, limit: int) -> ClientSession[list[Hit]]:
         indices, values = query
-        response = self._client.query_points(
-            self._collection,
-            query=models.SparseVector(indices=indices, values=values),
-            using=KEYWORD_VECTOR,
-            query_filter=render_filter(where),
-            limit=limit,
-            with_payload=list(fields.READ_FIELDS),
+        sparse = models.SparseVector(indices=indices, values=values)
+        return (yield from self._ranked(sparse, KEYWORD_VECTOR, where, limit))
+
+    def _ranked(self, query: Any, using: str, where: Clause, limit: int) -> ClientSession[list[Hit]]:
+        response = yield ClientCall(
+            "query_points",
+            (self._collection,),
+            {
+                "query": query,
+                "using": using,
+                "query_filter": render_filter(where),
+                "limit": limit,
+                "with_payload": list(fields.READ_FIELDS),
+            },
         )
         return [Hit(UUID(str(p.id)), p.score, p.payload or {}) for p in response.points]
 
     def count(self, where: Clause) -> int:
-        return self._client.count(self._collection, count_filter=render_filter(where), exact=True).count
+        return run_session(self.count_calls(where), self._make)
+
+    def count_calls(self, where: Clause) -> ClientSession[int]:
+        counted = yield ClientCall(
+            "count", (self._collection,), {"count_filter": render_filter(where), "exact": True}
+        )
+        return int(counted.count)
 
     def delete(self, where: Clause) -> None:
+        run_session(self.delete_calls(where), self._make)
+
+    def delete_calls(self, where: Clause) -> ClientSession[None]:
         selector = models.FilterSelector(filter=render_filter(where))
-        self._client.delete(self._collection, points_selector=selector, wait=True)
+        yield ClientCall("delete", (self._collection,), {"points_selector": selector, "wait": True})
 
     def index_fields(self, wanted: set[tuple[str, IndexKind]]) -> None:
         if not (wanted and self._server):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qdrant_client import QdrantClient
+from qdrant_client import AsyncQdrantClient, QdrantClient
 
 from memcore.errors import InvalidInputError
 from memcore_qdrant import embedded
@@ -43,13 +43,17 @@ class Connection:
 
     ``reconnect``, for a server only, gives the engine connections of its own in a
     process forked from the opener's (:meth:`memcore.store.BaseStore._reconnect_in_child`);
-    embedded engines have none, so their stores refuse in a forked child.
+    embedded engines have none, so their stores refuse in a forked child. ``new_async_client``,
+    for a server only, makes the ``AsyncQdrantClient`` (or a client with its interface) the store's
+    async API awaits on the loop (:mod:`memcore_qdrant.calls`); embedded engines run the async
+    API on the store's workers.
     """
 
     engine: Engine
     lock: Any
     release: Callable[[], None]
     reconnect: Callable[[], None] | None = None
+    new_async_client: Callable[[], Any] | None = None
 
 
 def connect_edge(path: str | os.PathLike[str]) -> Connection:
@@ -233,6 +237,11 @@ def connect_server(base_url: str, collection: str, api_key: str | None = None) -
             url=base_url, api_key=key, timeout=SERVER_TIMEOUT_SECONDS, check_compatibility=False
         )
 
+    def new_async_client() -> AsyncQdrantClient:
+        return AsyncQdrantClient(
+            url=base_url, api_key=key, timeout=SERVER_TIMEOUT_SECONDS, check_compatibility=False
+        )
+
     with translated("connect", location):
         client = new_client()
         try:
@@ -241,12 +250,19 @@ def connect_server(base_url: str, collection: str, api_key: str | None = None) -
         except BaseException:
             client.close()
             raise
-    return server_connection(engine, new_client)
+    return server_connection(engine, new_client, new_async_client)
 
 
-def server_connection(engine: ClientEngine, new_client: Callable[[], QdrantClient]) -> Connection:
+def server_connection(
+    engine: ClientEngine, new_client: Callable[[], QdrantClient], new_async_client: Callable[[], Any]
+) -> Connection:
     """The connection of a server store: in a forked child, ``new_client()`` replaces the inherited
-    client (whose sockets are the parent's too), which is dropped unclosed."""
+    client (whose sockets are the parent's too), which is dropped unclosed; ``new_async_client()``
+    makes the async API's client on the first loop that calls."""
     return Connection(
-        engine, threading.RLock(), engine.close, reconnect=lambda: engine.replace_client(new_client())
+        engine,
+        threading.RLock(),
+        engine.close,
+        reconnect=lambda: engine.replace_client(new_client()),
+        new_async_client=new_async_client,
     )

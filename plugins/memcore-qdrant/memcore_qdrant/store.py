@@ -20,7 +20,7 @@ from __future__ import annotations
 import builtins
 import os
 import threading
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 from uuid import UUID
 
 import numpy as np
@@ -29,13 +29,16 @@ from memcore.errors import DimensionMismatchError
 from memcore.filters import Comparison, Filter, evaluate
 from memcore.keywords import idf, terms
 from memcore.kit import check_same_dimension, clamp_score, order_key
+from memcore.loop_bound import LoopBound
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope, storage_id
+from memcore.sessions import arun_session, run_session
 from memcore.store import BaseStore, Capabilities, VectorSpace
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
+from memcore_qdrant.calls import OFFLOAD_POINTS, ClientCall, EngineCall, Session, engine_call, many_points
 from memcore_qdrant.connections import (
     API_KEY_ENV,
     DEFAULT_COLLECTION,
@@ -69,12 +72,19 @@ EXCLUSION_MAX_LIMIT = 100
 payloads into records in Python costs more than Qdrant's point-by-point check."""
 
 
+T = TypeVar("T")
+
+
 def _records(points: builtins.list[Point]) -> builtins.list[MemoryRecord]:
     return [fields.from_payload(p.payload) for p in points]
 
 
 def _scored(record: MemoryRecord, score: float) -> ScoredRecord:
     return ScoredRecord.of(record, clamp_score(score))
+
+
+async def _aclose(client: Any) -> None:
+    await client.close()
 
 
 class QdrantStore(BaseStore):
@@ -98,6 +108,9 @@ class QdrantStore(BaseStore):
         self._engine = connection.engine
         self._lock = connection.lock
         self.location = connection.engine.location
+        self._async_client: LoopBound[Any] | None = None
+        if connection.new_async_client is not None:
+            self._async_client = LoopBound(connection.new_async_client, _aclose)
 
     @classmethod
     def open_url(cls, url: StoreURL) -> Self:
@@ -120,24 +133,63 @@ class QdrantStore(BaseStore):
     def _expresses(self, comparison: Comparison) -> bool:
         return expresses(comparison)
 
-    def _where(self, scope: Scope, node: Filter | None, *extra: Condition | None) -> Clause:
+    # -- running a hook's session (memcore_qdrant.calls): on the engine, or awaited natively ------
+
+    def _run(self, action: str, session: Session[T]) -> T:
+        with self._lock, translated(action, self.location):
+            return run_session(session, self._make)
+
+    def _make(self, call: EngineCall) -> Any:
+        return getattr(self._engine, call.name)(*call.args, **call.kwargs)
+
+    def _native_on_this_loop(self) -> bool:
+        return self._async_client is not None and not self._closed and self._async_client.serves()
+
+    async def _arun_session(self, action: str, session: Session[T]) -> T:
+        """Await ``session`` on the loop: an engine call with a session of client calls
+        (``ClientEngine.<name>_calls``) on the async client, any other (rare: a first vector, a
+        metadata index) on a worker through the engine, under its lock."""
+        client = None if self._async_client is None else self._async_client.client()
+        if client is None:
+            raise self._closed_error()  # closed (or reset by a fork) since the call started
+        offload = self._worker_pool().run
+
+        async def make_client_call(call: ClientCall) -> Any:
+            return await getattr(client, call.method)(*call.args, **call.kwargs)
+
+        async def make(call: EngineCall) -> Any:
+            calls = getattr(self._engine, call.name + "_calls", None)
+            if calls is None:
+                return await offload(self._locked, call)
+            return await arun_session(calls(*call.args, **call.kwargs), make_client_call, offload)
+
+        with translated(action, self.location):
+            return await arun_session(session, make, offload, heavy=many_points)
+
+    def _locked(self, call: EngineCall) -> Any:
+        with self._lock:
+            return self._make(call)
+
+    # -- the hooks: each a session of engine calls, run by a sync hook and its async variant -----
+
+    def _where(self, scope: Scope, node: Filter | None, *extra: Condition | None) -> Session[Clause]:
         """The native filter of a read: scope, then ``extra``, then the compiled filter."""
         if node is None:
             return scoped(scope, *extra)
         condition = compile_filter(node)
         # A metadata key is indexed the first time Qdrant evaluates a filter that reads it:
         # it otherwise checks the payload of every point in scope.
-        self._engine.index_fields(metadata_indexes(condition))
+        yield from engine_call(self._engine.index_fields, metadata_indexes(condition))
         return scoped(scope, *extra, condition)
 
-    def _ordered(self, where: Clause, order: Order, limit: int) -> builtins.list[MemoryRecord]:
+    def _ordered(self, where: Clause, order: Order, limit: int) -> Session[builtins.list[MemoryRecord]]:
         """The first ``limit`` records by (created_at, id): Qdrant orders by time, ties are settled here.
 
         One point more than asked tells whether the last one shares its time with points left
         out; only then is the tie read whole (times are strictly increasing within a process,
         so that second read is rare).
         """
-        first = self._engine.scroll(where, limit=limit + 1, order=order)
+        first = yield from engine_call(self._engine.scroll, where, limit=limit + 1, order=order)
         points = {p.id: p for p in first}
         if (
             len(first) > limit
@@ -145,43 +197,64 @@ class QdrantStore(BaseStore):
         ):
             boundary = Match(fields.CREATED_AT, first[limit - 1].payload[fields.CREATED_AT])
             tied = Clause(must=(*where.must, boundary), should=where.should, must_not=where.must_not)
-            points.update((p.id, p) for p in self._engine.scroll(tied))
+            points.update((p.id, p) for p in (yield from engine_call(self._engine.scroll, tied)))
         records = sorted(_records(list(points.values())), key=order_key, reverse=order == "desc")
         return records[:limit]
 
-    def _ensure_dimension(self, dimension: int) -> None:
-        current = self._engine.dimension()
+    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        self._run("add records", self._add_session(records, vectors))
+
+    async def _aadd(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
+        if len(records) >= OFFLOAD_POINTS:  # encoding the points and the request: CPU work
+            await self._worker_pool().run(self._add, records, vectors)
+        else:
+            await self._arun_session("add records", self._add_session(records, vectors))
+
+    def _add_session(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> Session[None]:
+        if vectors is not None:
+            yield from self._ensure_dimension(vectors.shape[1])
+        points = [
+            Point(
+                storage_id(record.scope, record.id),
+                fields.to_payload(record),
+                None if vectors is None else vectors[row].tolist(),
+            )
+            for row, record in enumerate(records)
+        ]
+        yield from engine_call(self._engine.upsert, points)
+
+    def _ensure_dimension(self, dimension: int) -> Session[None]:
+        current = yield from engine_call(self._engine.dimension)
         if current is None:
-            space = self._engine.load_space()
+            space = yield from engine_call(self._engine.load_space)
             if space is not None and space.dimension != dimension:
                 raise DimensionMismatchError(
                     f"vector dimension {dimension} does not match the bound embedder's {space.dimension}"
                 )
-            self._engine.add_vectors(dimension)
+            yield from engine_call(self._engine.add_vectors, dimension)
         else:
             check_same_dimension(current, dimension)
 
-    def _add(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
-        with self._lock, translated("add records", self.location):
-            if vectors is not None:
-                self._ensure_dimension(vectors.shape[1])
-            points = [
-                Point(
-                    storage_id(record.scope, record.id),
-                    fields.to_payload(record),
-                    None if vectors is None else vectors[row].tolist(),
-                )
-                for row, record in enumerate(records)
-            ]
-            self._engine.upsert(points)
-
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
-        with self._lock, translated("get records", self.location):
-            return _records(self._engine.scroll(scoped(scope, with_ids(ids))))
+        return self._run("get records", self._get_session(scope, ids))
+
+    async def _aget(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
+        return await self._arun_session("get records", self._get_session(scope, ids))
+
+    def _get_session(self, scope: Scope, ids: builtins.list[UUID]) -> Session[builtins.list[MemoryRecord]]:
+        return _records((yield from engine_call(self._engine.scroll, scoped(scope, with_ids(ids)))))
 
     def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
-        with self._lock, translated("read vectors", self.location):
-            points = self._engine.scroll(scoped(scope, with_ids(ids)), with_vectors=True)
+        return self._run("read vectors", self._vectors_session(scope, ids))
+
+    async def _avectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
+        return await self._arun_session("read vectors", self._vectors_session(scope, ids))
+
+    def _vectors_session(
+        self, scope: Scope, ids: builtins.list[UUID]
+    ) -> Session[builtins.list[tuple[UUID, Matrix]]]:
+        where = scoped(scope, with_ids(ids))
+        points = yield from engine_call(self._engine.scroll, where, with_vectors=True)
         return [
             (fields.from_payload(p.payload).id, np.asarray(p.vector, dtype=np.float32))
             for p in points
@@ -189,35 +262,47 @@ class QdrantStore(BaseStore):
         ]
 
     def _list(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        return self._run("list records", self._list_session(scope, query))
+
+    async def _alist(self, scope: Scope, query: ListQuery) -> builtins.list[MemoryRecord]:
+        return await self._arun_session("list records", self._list_session(scope, query))
+
+    def _list_session(self, scope: Scope, query: ListQuery) -> Session[builtins.list[MemoryRecord]]:
         order = query.order
-        with self._lock, translated("list records", self.location):
-            where = self._where(scope, within(query.filter, query.after, query.before))
-            if query.limit is not None:
-                return self._ordered(where, order, query.limit)
-            return sorted(_records(self._engine.scroll(where)), key=order_key, reverse=order == "desc")
+        where = yield from self._where(scope, within(query.filter, query.after, query.before))
+        if query.limit is not None:
+            return (yield from self._ordered(where, order, query.limit))
+        points = yield from engine_call(self._engine.scroll, where)
+        return sorted(_records(points), key=order_key, reverse=order == "desc")
 
     def _search(self, scope: Scope, request: SearchQuery) -> builtins.list[ScoredRecord]:
+        return self._run("search", self._search_session(scope, request))
+
+    async def _asearch(self, scope: Scope, request: SearchQuery) -> builtins.list[ScoredRecord]:
+        return await self._arun_session("search", self._search_session(scope, request))
+
+    def _search_session(self, scope: Scope, request: SearchQuery) -> Session[builtins.list[ScoredRecord]]:
         query, text, node, limit = request.vector, request.text, request.filter, request.limit
         substring = None if text is None else text_contains(text)
-        with self._lock, translated("search", self.location):
-            if query is None:
-                where = self._where(scope, node, substring)
-                return [ScoredRecord.of(r, 1.0) for r in self._ordered(where, "desc", limit)]
-            if self._engine.dimension() is None:
-                # Not dead code: BaseStore.search lets a query through when an embedder is bound
-                # but no vector was written yet, and Qdrant has no ``dense`` vector to search then.
-                return []
-            vector = query[0].tolist()
-            if node is not None and limit <= EXCLUSION_MAX_LIMIT and excludes_only(node):
-                found = self._best_hits_passing(node, vector, scoped(scope, substring), limit)
-                if found is not None:
-                    return found
-            hits = self._engine.query(vector, self._where(scope, node, substring), limit)
-            return [_scored(fields.from_payload(h.payload), h.score) for h in hits]
+        if query is None:
+            where = yield from self._where(scope, node, substring)
+            return [ScoredRecord.of(r, 1.0) for r in (yield from self._ordered(where, "desc", limit))]
+        if (yield from engine_call(self._engine.dimension)) is None:
+            # Not dead code: BaseStore.search lets a query through when an embedder is bound
+            # but no vector was written yet, and Qdrant has no ``dense`` vector to search then.
+            return []
+        vector = query[0].tolist()
+        if node is not None and limit <= EXCLUSION_MAX_LIMIT and excludes_only(node):
+            found = yield from self._best_hits_passing(node, vector, scoped(scope, substring), limit)
+            if found is not None:
+                return found
+        where = yield from self._where(scope, node, substring)
+        hits = yield from engine_call(self._engine.query, vector, where, limit)
+        return [_scored(fields.from_payload(h.payload), h.score) for h in hits]
 
     def _best_hits_passing(
         self, node: Filter, vector: builtins.list[float], where: Clause, limit: int
-    ) -> builtins.list[ScoredRecord] | None:
+    ) -> Session[builtins.list[ScoredRecord] | None]:
         """The ``limit`` best hits of ``where`` that pass ``node``, if they are among its
         ``EXCLUSION_HEADROOM * limit`` best; ``None`` when too few of those pass.
 
@@ -230,7 +315,7 @@ class QdrantStore(BaseStore):
         metadata index is made here: only Qdrant's filtered query would use it.
         """
         wanted = EXCLUSION_HEADROOM * limit
-        hits = self._engine.query(vector, where, wanted)
+        hits = yield from engine_call(self._engine.query, vector, where, wanted)
         passing = []
         for hit in hits:
             record = fields.from_payload(hit.payload)
@@ -241,6 +326,12 @@ class QdrantStore(BaseStore):
         return passing if len(hits) < wanted else None
 
     def _keyword_search(self, scope: Scope, query: KeywordQuery) -> builtins.list[ScoredRecord]:
+        return self._run("keyword search", self._keyword_session(scope, query))
+
+    async def _akeyword_search(self, scope: Scope, query: KeywordQuery) -> builtins.list[ScoredRecord]:
+        return await self._arun_session("keyword search", self._keyword_session(scope, query))
+
+    def _keyword_session(self, scope: Scope, query: KeywordQuery) -> Session[builtins.list[ScoredRecord]]:
         """BM25 ranked by Qdrant over the ``keywords`` sparse vectors (:mod:`memcore_qdrant.keywords`).
 
         The idf of each query term is counted in the reading scope (and filter): one count of
@@ -249,43 +340,55 @@ class QdrantStore(BaseStore):
         wanted = sorted(set(terms(query.keywords)))
         if not wanted:
             return []
-        with self._lock, translated("keyword search", self.location):
-            where = self._where(scope, query.filter)
-            documents = self._engine.count(where)
-            weights = {}
-            for term in wanted:
-                having = Clause(
-                    must=(*where.must, Match(fields.TERMS, term)),
-                    should=where.should,
-                    must_not=where.must_not,
-                )
-                seen = self._engine.count(having) if documents else 0
-                if seen:
-                    weights[term] = idf(documents, seen)
-            if not weights:
-                return []
-            hits = self._engine.keyword_query(query_vector(weights), where, query.limit or documents)
-            found = [(h.score, fields.from_payload(h.payload)) for h in hits if h.score > 0]
-            # Equal scores, newest first (as the exact scan orders them); Qdrant leaves ties unordered.
-            found.sort(key=lambda hit: (hit[0], order_key(hit[1])), reverse=True)
-            return [ScoredRecord.of(record, score) for score, record in found]
+        where = yield from self._where(scope, query.filter)
+        documents = yield from engine_call(self._engine.count, where)
+        weights = {}
+        for term in wanted:
+            having = Clause(
+                must=(*where.must, Match(fields.TERMS, term)),
+                should=where.should,
+                must_not=where.must_not,
+            )
+            seen = (yield from engine_call(self._engine.count, having)) if documents else 0
+            if seen:
+                weights[term] = idf(documents, seen)
+        if not weights:
+            return []
+        limit = query.limit or documents
+        hits = yield from engine_call(self._engine.keyword_query, query_vector(weights), where, limit)
+        found = [(h.score, fields.from_payload(h.payload)) for h in hits if h.score > 0]
+        # Equal scores, newest first (as the exact scan orders them); Qdrant leaves ties unordered.
+        found.sort(key=lambda hit: (hit[0], order_key(hit[1])), reverse=True)
+        return [ScoredRecord.of(record, score) for score, record in found]
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
-        with self._lock, translated("count records", self.location):
-            return self._engine.count(self._where(scope, node))
+        return self._run("count records", self._count_session(scope, node))
+
+    async def _acount(self, scope: Scope, node: Filter | None) -> int:
+        return await self._arun_session("count records", self._count_session(scope, node))
+
+    def _count_session(self, scope: Scope, node: Filter | None) -> Session[int]:
+        return (yield from engine_call(self._engine.count, (yield from self._where(scope, node))))
 
     def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
-        with self._lock, translated("delete records", self.location):
-            return self._delete_matching(scoped(scope, with_ids(ids)))
+        return self._run("delete records", self._deletion(scoped(scope, with_ids(ids))))
+
+    async def _adelete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
+        return await self._arun_session("delete records", self._deletion(scoped(scope, with_ids(ids))))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
-        with self._lock, translated("delete records", self.location):
-            return self._delete_matching(self._where(scope, node))
+        return self._run("delete records", self._deletion_where(scope, node))
 
-    def _delete_matching(self, where: Clause) -> int:
-        found = self._engine.count(where)
+    async def _adelete_where(self, scope: Scope, node: Filter | None) -> int:
+        return await self._arun_session("delete records", self._deletion_where(scope, node))
+
+    def _deletion_where(self, scope: Scope, node: Filter | None) -> Session[int]:
+        return (yield from self._deletion((yield from self._where(scope, node))))
+
+    def _deletion(self, where: Clause) -> Session[int]:
+        found = yield from engine_call(self._engine.count, where)
         if found:
-            self._engine.delete(where)
+            yield from engine_call(self._engine.delete, where)
         return found
 
     def purge(self) -> None:
@@ -321,9 +424,13 @@ class QdrantStore(BaseStore):
         with translated("reconnect in a forked process", self.location):
             self._connection.reconnect()
         self._lock = threading.RLock()  # a parent thread may have held the inherited one at the fork
+        if self._async_client is not None:
+            self._async_client.forget_after_fork()
 
     def _close(self) -> None:
         with translated("close", self.location):
+            if self._async_client is not None:
+                self._async_client.close()
             self._connection.release()
 
 

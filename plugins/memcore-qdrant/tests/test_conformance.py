@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from async_clients import native_local_store
 from memcore_qdrant import QdrantMemoryStore, QdrantStore
 
 from memcore.testing import AsyncStoreConformance, StoreConformance, StoreFactory
@@ -78,7 +79,11 @@ class TestInMemoryStoreAsync(AsyncStoreConformance):
 
 
 class TestClientEngineOnLocalModeAsync(AsyncStoreConformance):
-    """The store tests through the async API, on the server path's engine."""
+    """The store tests through the async API, on the server path's engine, its hooks awaited on
+    the loop as a server store's are (:mod:`async_clients`)."""
 
     keyword_scores_exact = False
-    store_factory = TestClientEngineOnLocalMode.store_factory
+
+    @pytest.fixture
+    def store_factory(self, tmp_path: Path) -> StoreFactory:
+        return lambda: native_local_store(tmp_path / "local")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ def _queries_made(store: QdrantStore, monkeypatch: pytest.MonkeyPatch) -> list[t
     sent: list[tuple[int, Clause]] = []
     real_query = engine.query
 
+    @functools.wraps(real_query)  # the store calls its engine's methods by name
     def recorded(vector: Any, where: Clause, limit: int) -> Any:
         sent.append((limit, where))
         return real_query(vector, where, limit)
