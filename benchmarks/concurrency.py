@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from reliability import servers  # this folder, put on the path above
 
-from memcore.bench.concurrency import concurrency_table, run_concurrency
+from memcore.bench.concurrency import WORKLOADS, concurrency_table, run_concurrency
 from memcore.cli.bench import default_stores
 from memcore.plugins import open_embedder
 
@@ -37,11 +37,14 @@ def main() -> int:
     rows = []
     with servers({"postgresql", "chroma+http"}) as server_urls:
         for url in (args.stores.split(",") if args.stores else default_stores()) + server_urls:
-            for agents in counts:
-                for api in ("async", "threads"):
-                    row = run_concurrency(url, embedder, agents, args.turns, api, lambda *_: None)
-                    print(json.dumps(row), file=sys.stderr, flush=True)
-                    rows.append(row)
+            for workload in WORKLOADS:
+                for agents in counts:
+                    for api in ("async", "threads"):
+                        row = run_concurrency(
+                            url, embedder, agents, args.turns, api, lambda *_: None, workload
+                        )
+                        print(json.dumps(row), file=sys.stderr, flush=True)
+                        rows.append(row)
     print(concurrency_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

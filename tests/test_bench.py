@@ -57,18 +57,19 @@ def test_the_concurrency_workload_runs_async_beside_threads(tmp_path: Path) -> N
     arguments = ["bench", "--concurrency", "1,4", "--quick", "--stores", "memory://", "--embedder", "hash"]
     assert main([*arguments, "--out", str(out)]) == 0
     rows = json.loads((out / "results.json").read_text())["concurrency"]
-    assert [(row["agents"], row["api"]) for row in rows] == [
-        (1, "async"),
-        (1, "threads"),
-        (4, "async"),
-        (4, "threads"),
+    assert [(row["workload"], row["agents"], row["api"]) for row in rows] == [
+        (workload, agents, api)
+        for workload in ("memory", "store")
+        for agents in (1, 4)
+        for api in ("async", "threads")
     ]
     for row in rows:
         assert row["contexts"] == 3 * row["agents"] and row["contexts_per_s"] > 0
         assert row["get_context_p50_ms"] > 0 and row["loop_lag_p99_ms"] >= 0
     # The async API runs on the store's one worker; the thread pool has a thread per agent.
     assert rows[2]["peak_threads"] < rows[3]["peak_threads"]
-    assert "| memory:// | 4 | async |" in (out / "results.md").read_text()
+    table = (out / "results.md").read_text()
+    assert "| memory:// | memory | 4 | async |" in table and "| memory:// | store | 4 | threads |" in table
 
 
 @pytest.mark.parametrize("counts", ["0", "a,b", ""])

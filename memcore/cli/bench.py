@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from memcore.agent.recall import RecallMode
 from memcore.bench.agent_loop import run_agent_loop
-from memcore.bench.concurrency import concurrency_table, run_concurrency
+from memcore.bench.concurrency import WORKLOADS, concurrency_table, run_concurrency
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
 from memcore.bench.locomo import run_locomo
 from memcore.bench.overhead import adapter_overhead
@@ -203,8 +203,9 @@ def _run_concurrency(args: argparse.Namespace, bars: ProgressBars) -> list[dict[
     turns = 3 if args.quick else 10
     stores = args.stores.split(",") if args.stores else default_stores()
     return [
-        run_concurrency(url, embedder, agents, turns, api, bars.labelled(url))
+        run_concurrency(url, embedder, agents, turns, api, bars.labelled(url), workload)
         for url in stores
+        for workload in WORKLOADS
         for agents in counts
         for api in ("async", "threads")
     ]
