@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=10, help="timed turns per agent")
     parser.add_argument("--embedder", default="sentence-transformers/all-MiniLM-L6-v2")
     parser.add_argument("--stores", help="comma-separated embedded URLs (default: every installed one)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: memory, store")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     embedder = open_embedder(args.embedder)
@@ -37,7 +38,7 @@ def main() -> int:
     rows = []
     with servers({"postgresql", "chroma+http"}) as server_urls:
         for url in (args.stores.split(",") if args.stores else default_stores()) + server_urls:
-            for workload in WORKLOADS:
+            for workload in args.workloads.split(","):
                 for agents in counts:
                     for api in ("async", "threads"):
                         row = run_concurrency(
