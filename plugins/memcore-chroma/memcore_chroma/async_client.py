@@ -19,6 +19,7 @@ from chromadb.api.models.AsyncCollection import AsyncCollection
 from chromadb.config import System
 from chromadb.errors import NotFoundError
 
+from memcore.store import SERVER_WORKERS
 from memcore_chroma.calls import CollectionCall
 from memcore_chroma.connection import client_settings
 from memcore_chroma.errors import translated
@@ -38,18 +39,24 @@ class AsyncReader:
         self._api: AsyncFastAPI | None = None
         self._collection: AsyncCollection | None = None
         self._opening = asyncio.Lock()
+        self._in_flight = asyncio.Semaphore(SERVER_WORKERS)
+        self.write_lock = asyncio.Lock()
+        """Serialises the async API's writes on its loop, as the process's write lock does the sync API's."""
 
     async def make(self, call: CollectionCall) -> Any:
         """Make ``call`` on the collection, errors translated; a collection another client swapped
         (a rebuild) is found again once."""
-        with translated(call.action):
-            try:
-                collection = await self._opened()
-                return await getattr(collection, call.method)(**call.kwargs)
-            except NotFoundError:
-                self._collection = None
-                collection = await self._opened()
-                return await getattr(collection, call.method)(**call.kwargs)
+        # As many requests at once as the sync API's workers make: httpx's async pool slows down as
+        # more wait on it (at 64 agents, a third of the thread pool's reads per second unbounded).
+        async with self._in_flight:
+            with translated(call.action):
+                try:
+                    collection = await self._opened()
+                    return await getattr(collection, call.method)(**call.kwargs)
+                except NotFoundError:
+                    self._collection = None
+                    collection = await self._opened()
+                    return await getattr(collection, call.method)(**call.kwargs)
 
     async def _opened(self) -> AsyncCollection:
         async with self._opening:

@@ -1,6 +1,6 @@
-"""A read's calls on the collection written once, made through chromadb's sync or async client.
+"""A hook's calls on the collection written once, made through chromadb's sync or async client.
 
-A read (:mod:`memcore_chroma.reads`, the store's read hooks) is a session (:mod:`memcore.sessions`)
+A hook (the store's reads, :mod:`memcore_chroma.reads`, and its writes) is a session (:mod:`memcore.sessions`)
 yielding :class:`CollectionCall` objects: the store makes them on a ``Collection`` (the sync API
 and its worker threads) or awaits them on an ``AsyncCollection`` (the async API of a Chroma
 server), whose methods have the same names and arguments.
@@ -25,14 +25,16 @@ class CollectionCall:
     """``collection.<method>(**kwargs)``, doing ``action`` (for error messages)."""
 
     action: str
-    method: Literal["get", "query"]
+    method: Literal["get", "query", "upsert", "delete"]
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 Session: TypeAlias = sessions.Session[CollectionCall, R]
 
 
-def collection_call(action: str, method: Literal["get", "query"], **kwargs: Any) -> Session[Any]:
+def collection_call(
+    action: str, method: Literal["get", "query", "upsert", "delete"], **kwargs: Any
+) -> Session[Any]:
     """Inside a session: ``found = yield from collection_call("reading records", "get", ids=...)``."""
     result = yield CollectionCall(action, method, kwargs)
     return result

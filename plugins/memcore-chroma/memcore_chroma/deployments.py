@@ -23,7 +23,7 @@ from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix, check_dimension
 from memcore_chroma import connection, urls
 from memcore_chroma.async_client import AsyncReader
-from memcore_chroma.calls import Session, many_entries
+from memcore_chroma.calls import OFFLOAD_ENTRIES, Session, many_entries
 from memcore_chroma.connection import Connection
 from memcore_chroma.errors import ExclusiveMaintenanceError, translated
 from memcore_chroma.opening import (
@@ -32,6 +32,7 @@ from memcore_chroma.opening import (
     check_collection_name,
     check_ef_search,
     int_value,
+    settled,
 )
 from memcore_chroma.store import ChromaStoreBase
 
@@ -194,18 +195,48 @@ class ChromaHttpStore(ChromaStoreBase):
         self._connection = _connect(self._address)
         self._generation = -1  # fetch the collection handle anew, through the new client
 
-    # -- the async API's reads: chromadb's async client, on the first loop that calls ------------
-    # Writes stay on the store's workers: each holds this process's write lock (a thread lock)
-    # across the read of the entries it replaces and their upsert, which a coroutine cannot hold.
+    # -- the async API: chromadb's async client, on the first loop that calls ---------------------
 
     def _native_on_this_loop(self) -> bool:
         return not self._closed and self._reader.serves()
 
-    async def _read(self, session: Session[T]) -> T:
+    def _async_reader(self) -> AsyncReader:
         reader = self._reader.client()
         if reader is None:
             raise self._closed_error()  # closed (or reset by a fork) since the call started
-        return await arun_session(session, reader.make, self._worker_pool().run, heavy=many_entries)
+        return reader
+
+    async def _read(self, session: Session[T]) -> T:
+        return await arun_session(
+            session, self._async_reader().make, self._worker_pool().run, heavy=many_entries
+        )
+
+    async def _write(self, session: Session[T]) -> T:
+        """A write's session, under the async API's write lock.
+
+        The sync API's writes hold the process's write lock (a thread lock, which a coroutine
+        cannot hold across awaits), so a sync and an async write of one process are serialised no
+        more than two processes' are: two versions of one record written at the same instant can
+        leave a metadata key the newer one dropped (Chroma merges metadata on upsert), as between
+        any two clients of a server.
+        """
+        reader = self._async_reader()
+        async with reader.write_lock:
+            return await arun_session(session, reader.make, self._worker_pool().run, heavy=many_entries)
+
+    async def _aadd(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
+        if len(records) >= OFFLOAD_ENTRIES or not settled(self._meta):
+            # Encoding a large batch is CPU work; an unsettled dimension may need metadata
+            # written, or a rebuild: both on the workers, through the sync client.
+            await self._worker_pool().run(self._add, records, vectors)
+            return
+        await self._write(self._add_session(records, vectors, self._meta))
+
+    async def _adelete(self, scope: Scope, ids: list[UUID]) -> int:
+        return await self._write(self._delete_session(scope, ids))
+
+    async def _adelete_where(self, scope: Scope, node: Filter | None) -> int:
+        return await self._write(self._delete_where_session(scope, node))
 
     async def _aget(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         return await self._read(self._get_session(scope, ids))

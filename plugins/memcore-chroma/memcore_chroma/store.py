@@ -278,54 +278,59 @@ class ChromaStoreBase(BaseStore):
     # -- writing ---------------------------------------------------------------
 
     def _add(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
-        entries = [entry_id(record) for record in records]
         with self._connection.write_lock:
-            existing = self._call(
-                "reading replaced records", lambda c: c.get(ids=entries, include=["metadatas"])
-            )
-            previous = {
-                entry: set(meta)
-                for entry, meta in zip(existing["ids"], existing["metadatas"] or [], strict=True)
-            }
             meta = self._meta if settled(self._meta) else self._fresh_meta()
-            if vectors is None:
-                embeddings, updates = self._stand_ins(meta, len(records))
-            else:
-                updates = self._prepare_dimension(meta, vectors.shape[1])
-                embeddings = vectors
-            documents = [encode(record) for record in records]
-            metadatas = [flat_metadata(record, vectors is not None) for record in records]
-            for entry, flat in zip(entries, metadatas, strict=True):
-                # Chroma's upsert merges metadata into the entry's: a key the new version lacks
-                # would keep the old value (and match filters on it) unless removed with None.
-                for key in previous.get(entry, set()) - flat.keys():
-                    flat[key] = None  # type: ignore[assignment]
-            written = 0
-            try:
-                for start in range(0, len(records), PAGE_SIZE):
-                    batch = slice(start, start + PAGE_SIZE)
-                    with self._undone_on_failure(entries[batch]):
-                        self._call(
-                            "writing records",
-                            lambda c, batch=batch: c.upsert(  # type: ignore[misc]
-                                ids=entries[batch],
-                                embeddings=embeddings[batch],
-                                documents=documents[batch],
-                                metadatas=metadatas[batch],
-                            ),
-                        )
-                    written = min(start + PAGE_SIZE, len(records))
-            except MemcoreError as error:
-                if not written:
-                    raise
-                # Chroma takes at most a few thousand entries a call, and an applied one cannot
-                # be taken back on a full disk: say exactly what of the batch is stored.
-                with contextlib.suppress(MemcoreError):
-                    if updates:
-                        self._write_meta(updates)
-                raise partly_written(error, written, len(records)) from error
+            updates = self._run(self._add_session(records, vectors, meta))
             if updates:  # only once the records are in: a failed add changes no metadata
                 self._write_meta(updates)
+
+    def _add_session(self, records: list[MemoryRecord], vectors: Matrix | None, meta: Meta) -> Session[Meta]:
+        """Upsert ``records`` (a call per :data:`PAGE_SIZE`), after reading which metadata keys
+        their entries hold now (hold the write lock); the collection metadata to write once they
+        are in (none once ``meta`` is :func:`settled`)."""
+        entries = [entry_id(record) for record in records]
+        existing = yield from collection_call(
+            "reading replaced records", "get", ids=entries, include=["metadatas"]
+        )
+        previous = {
+            entry: set(meta) for entry, meta in zip(existing["ids"], existing["metadatas"] or [], strict=True)
+        }
+        if vectors is None:
+            embeddings, updates = self._stand_ins(meta, len(records))
+        else:
+            updates = self._prepare_dimension(meta, vectors.shape[1])
+            embeddings = vectors
+        documents = [encode(record) for record in records]
+        metadatas = [flat_metadata(record, vectors is not None) for record in records]
+        for entry, flat in zip(entries, metadatas, strict=True):
+            # Chroma's upsert merges metadata into the entry's: a key the new version lacks
+            # would keep the old value (and match filters on it) unless removed with None.
+            for key in previous.get(entry, set()) - flat.keys():
+                flat[key] = None  # type: ignore[assignment]
+        written = 0
+        try:
+            for start in range(0, len(records), PAGE_SIZE):
+                batch = slice(start, start + PAGE_SIZE)
+                with self._undone_on_failure(entries[batch]):
+                    yield from collection_call(
+                        "writing records",
+                        "upsert",
+                        ids=entries[batch],
+                        embeddings=embeddings[batch],
+                        documents=documents[batch],
+                        metadatas=metadatas[batch],
+                    )
+                written = min(start + PAGE_SIZE, len(records))
+        except MemcoreError as error:
+            if not written:
+                raise
+            # Chroma takes at most a few thousand entries a call, and an applied one cannot
+            # be taken back on a full disk: say exactly what of the batch is stored.
+            with contextlib.suppress(MemcoreError):
+                if updates:
+                    self._write_meta(updates)
+            raise partly_written(error, written, len(records)) from error
+        return updates
 
     def _stand_ins(self, meta: Meta, count: int) -> tuple[np.ndarray, Meta]:
         """Stand-in vectors in the size the index holds (the dimension, if known, before any)."""
@@ -361,7 +366,7 @@ class ChromaStoreBase(BaseStore):
             if int_value(meta, key) != dimension
         }
 
-    def _delete_ids(self, ids: Sequence[str], where: Where | None) -> int:
+    def _deletion(self, ids: Sequence[str], where: Where | None) -> Session[int]:
         """Delete these entries, but only where ``where`` still holds (another writer may have moved one).
 
         Returns the count Chroma reports where it reports one, else how many ids were given.
@@ -369,9 +374,8 @@ class ChromaStoreBase(BaseStore):
         deleted = 0
         for chunk in chunks(ids, PAGE_SIZE):
             with self._undone_on_failure(list(chunk)):
-                result = self._call(
-                    "deleting records",
-                    lambda c, chunk=chunk: c.delete(ids=list(chunk), where=where),  # type: ignore[misc]
+                result = yield from collection_call(
+                    "deleting records", "delete", ids=list(chunk), where=where
                 )
             count = result.get("deleted") if self._connection.counts_deletes and result else None
             deleted += count if isinstance(count, int) else len(chunk)
@@ -414,20 +418,21 @@ class ChromaStoreBase(BaseStore):
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         with self._connection.write_lock:
-            entries = [
-                entry
-                for where in self._of_ids(scope, ids)
-                for entry in self._call(
-                    "finding records",
-                    lambda c, where=where: c.get(where=where, include=[]),  # type: ignore[misc]
-                )["ids"]
-            ]
-            return self._delete_ids(entries, all_of(scope_clauses(scope)))
+            return self._run(self._delete_session(scope, ids))
+
+    def _delete_session(self, scope: Scope, ids: list[UUID]) -> Session[int]:
+        entries: list[str] = []
+        for where in self._of_ids(scope, ids):
+            entries += (yield from collection_call("finding records", "get", where=where, include=[]))["ids"]
+        return (yield from self._deletion(entries, all_of(scope_clauses(scope))))
 
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         with self._connection.write_lock:
-            entries, where = self._run(self._matching_entries(scope, node))
-            return self._delete_ids(entries, where)
+            return self._run(self._delete_where_session(scope, node))
+
+    def _delete_where_session(self, scope: Scope, node: Filter | None) -> Session[int]:
+        entries, where = yield from self._matching_entries(scope, node)
+        return (yield from self._deletion(entries, where))
 
     # -- reading ---------------------------------------------------------------
 

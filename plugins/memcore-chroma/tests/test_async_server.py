@@ -68,7 +68,17 @@ def test_async_reads_go_through_the_async_client(
         [h.record.id for h in expected[1]],
         expected[2],
     )
+    replaced = records[0].model_copy(update={"metadata": {"topic": "tea"}})
+
+    async def write() -> tuple[int, int, int]:
+        await store.aadd([replaced, make_record(SCOPE, "new turn")], random_vectors(2, seed=9))
+        tea = await store.acount(SCOPE, filter={"metadata.topic": "tea"})
+        deleted = await store.adelete(SCOPE, [records[1].id])
+        return tea, deleted, await store.adelete_where(SCOPE, {"metadata.topic": "tea"})
+
+    assert asyncio.run(write()) == (1, 1, 1)
     assert made == []
+    assert store.count(SCOPE) == 99
 
 
 def test_one_store_closing_leaves_another_stores_reads_alone(

@@ -17,6 +17,7 @@ content, done by Qdrant (``MatchSubstring``).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import os
 import threading
@@ -34,7 +35,7 @@ from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope, storage_id
 from memcore.sessions import arun_session, run_session
-from memcore.store import BaseStore, Capabilities, VectorSpace
+from memcore.store import SERVER_WORKERS, BaseStore, Capabilities, VectorSpace
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
@@ -83,8 +84,19 @@ def _scored(record: MemoryRecord, score: float) -> ScoredRecord:
     return ScoredRecord.of(record, clamp_score(score))
 
 
-async def _aclose(client: Any) -> None:
-    await client.close()
+class _Bounded:
+    """An async client, with as many requests in flight at once as the sync API's workers make
+    (:data:`~memcore.store.SERVER_WORKERS`): httpx's async pool slows down as more wait on it (a
+    Chroma server store's async reads at 64 agents served a third of the thread pool's contexts
+    per second unbounded, as many with this bound)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.slots = asyncio.Semaphore(SERVER_WORKERS)
+
+
+async def _aclose(bounded: _Bounded) -> None:
+    await bounded.client.close()
 
 
 class QdrantStore(BaseStore):
@@ -108,9 +120,9 @@ class QdrantStore(BaseStore):
         self._engine = connection.engine
         self._lock = connection.lock
         self.location = connection.engine.location
-        self._async_client: LoopBound[Any] | None = None
-        if connection.new_async_client is not None:
-            self._async_client = LoopBound(connection.new_async_client, _aclose)
+        self._async_client: LoopBound[_Bounded] | None = None
+        if (new_async_client := connection.new_async_client) is not None:
+            self._async_client = LoopBound(lambda: _Bounded(new_async_client()), _aclose)
 
     @classmethod
     def open_url(cls, url: StoreURL) -> Self:
@@ -149,13 +161,14 @@ class QdrantStore(BaseStore):
         """Await ``session`` on the loop: an engine call with a session of client calls
         (``ClientEngine.<name>_calls``) on the async client, any other (rare: a first vector, a
         metadata index) on a worker through the engine, under its lock."""
-        client = None if self._async_client is None else self._async_client.client()
-        if client is None:
+        bounded = None if self._async_client is None else self._async_client.client()
+        if bounded is None:
             raise self._closed_error()  # closed (or reset by a fork) since the call started
         offload = self._worker_pool().run
 
         async def make_client_call(call: ClientCall) -> Any:
-            return await getattr(client, call.method)(*call.args, **call.kwargs)
+            async with bounded.slots:
+                return await getattr(bounded.client, call.method)(*call.args, **call.kwargs)
 
         async def make(call: EngineCall) -> Any:
             calls = getattr(self._engine, call.name + "_calls", None)

@@ -88,7 +88,8 @@ def test_a_second_loop_uses_the_workers_and_closing_closes_the_loops_client(tmp_
     running.start()
     try:
         assert asyncio.run_coroutine_threadsafe(store.acount(ALICE), first).result(timeout=30) == 3
-        bound = store._async_client._client if store._async_client else None
+        bounded = store._async_client._client if store._async_client else None
+        bound = None if bounded is None else bounded.client
         assert isinstance(bound, ThreadedAsyncClient) and bound.calls == ["count"]
         assert asyncio.run(store.acount(ALICE)) == 3  # another loop: on the workers
         assert bound.calls == ["count"]
