@@ -20,7 +20,8 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 CLOSE_TIMEOUT = 30.0
-"""Seconds :meth:`LoopBound.close` waits for the client to close on its loop, from another thread."""
+"""Seconds :meth:`LoopBound.close` waits for the client to close on its loop, from another thread,
+before it drops the client instead."""
 
 _inherited: list[object] = []
 """Clients a forked child inherited: kept referenced and never touched (their sockets are the
@@ -54,8 +55,10 @@ class LoopBound(Generic[T]):
         to, or the first to ask (the client is then made for it). ``False`` once closed, and in a
         forked child until :meth:`forget_after_fork`."""
         loop = asyncio.get_running_loop()
+        if self._process != os.getpid():  # before the lock: a parent thread may have held it at the fork
+            return False
         with self._lock:
-            if self._closed or self._process != os.getpid():
+            if self._closed:
                 return False
             if self._client is not None and self._loop is not None and self._loop.is_closed():
                 self._drop(self._client)
@@ -86,11 +89,14 @@ class LoopBound(Generic[T]):
     def close(self) -> None:
         """Close the client (from any thread): awaited on its loop from another thread, scheduled
         there when called on that loop, dropped if the loop no longer runs."""
+        if self._process != os.getpid():  # a forked child's client is the parent's
+            self._closed = True
+            return
         with self._lock:
             self._closed = True
             client, loop = self._client, self._loop
             self._client = self._loop = None
-        if client is None or loop is None or self._process != os.getpid():
+        if client is None or loop is None:
             return
         if not loop.is_running():
             self._drop(client)
@@ -104,9 +110,12 @@ class LoopBound(Generic[T]):
             _closing.add(closing)
             closing.add_done_callback(_closing.discard)
         else:
-            asyncio.run_coroutine_threadsafe(_awaited(self._aclose(client)), loop).result(
-                timeout=CLOSE_TIMEOUT
-            )
+            closing_there = asyncio.run_coroutine_threadsafe(_awaited(self._aclose(client)), loop)
+            try:
+                closing_there.result(timeout=CLOSE_TIMEOUT)
+            except TimeoutError:  # the loop runs but does not get to it (blocked, or at exit)
+                closing_there.cancel()
+                self._drop(client)
 
 
 async def _awaited(closing: Awaitable[None]) -> None:

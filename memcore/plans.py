@@ -23,6 +23,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeAlias, TypeVar
 
+from memcore.errors import StoreClosedError
 from memcore.workers import WorkerPool
 
 P = ParamSpec("P")
@@ -74,7 +75,12 @@ async def arun_plan(plan: Plan[R], native: object, workers: WorkerPool) -> R:
         while step is not None:
             variant: Callable[..., Awaitable[Any]] = getattr(native, step.async_name)
             result = await variant(*step.args, **step.kwargs)
-            step, value = await workers.run(_advance, plan, native, result, False)
+            try:
+                step, value = await workers.run(_advance, plan, native, result, False)
+            except StoreClosedError:
+                # The store closed while the hook ran (a write it made has landed): the rest of
+                # the plan runs here, where a further hook meets the closed store.
+                step, value = _advance(plan, native, result, False)
         outcome: R = value
         return outcome
     finally:

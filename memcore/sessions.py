@@ -11,6 +11,7 @@ It never touches a client itself, so the same session runs through a blocking cl
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import closing
 from typing import Any, TypeAlias, TypeVar
@@ -52,7 +53,7 @@ async def arun_session(
     waits for the engine; the CPU work that would make it late runs through ``offload`` on a worker
     thread instead: the session's step after a result that is ``heavy`` (many rows to decode), and
     its first step if ``heavy_start`` (a large batch to encode)."""
-    with closing(session):
+    try:
         if heavy_start:
             done, value = await offload(advance, session, None, True)
         else:
@@ -69,6 +70,11 @@ async def arun_session(
                 done, value = advance(session, result)
         outcome: R = value
         return outcome
+    finally:
+        # Cancelled while a worker runs a step, the session is still executing there (close()
+        # would raise ValueError over the cancellation): that worker ends it.
+        with contextlib.suppress(ValueError):
+            session.close()
 
 
 def advance(

@@ -19,6 +19,7 @@ from chromadb.api.models.AsyncCollection import AsyncCollection
 from chromadb.config import System
 from chromadb.errors import NotFoundError
 
+from memcore.errors import StoreClosedError
 from memcore.store import SERVER_WORKERS
 from memcore_chroma.calls import CollectionCall
 from memcore_chroma.connection import client_settings
@@ -39,6 +40,7 @@ class AsyncReader:
         self._api: AsyncFastAPI | None = None
         self._collection: AsyncCollection | None = None
         self._opening = asyncio.Lock()
+        self._closed = False
         self._in_flight = asyncio.Semaphore(SERVER_WORKERS)
         self.write_lock = asyncio.Lock()
         """Serialises the async API's writes on its loop, as the process's write lock does the sync API's."""
@@ -60,6 +62,8 @@ class AsyncReader:
 
     async def _opened(self) -> AsyncCollection:
         async with self._opening:
+            if self._closed:  # a call that began before the store closed: no new client after close
+                raise StoreClosedError("the chroma-http store is closed")
             if self._collection is None:
                 if self._api is None:
                     self._api = _own_api(self._address)
@@ -71,7 +75,8 @@ class AsyncReader:
             return self._collection
 
     async def aclose(self) -> None:
-        """Close the client's HTTP connections (on its loop)."""
+        """Close the client's HTTP connections (on its loop); later calls raise StoreClosedError."""
+        self._closed = True
         api, self._api, self._collection = self._api, None, None
         if api is not None:
             await api._cleanup()

@@ -11,7 +11,10 @@ import pytest
 from chroma_server import ChromaServer
 from conftest import drop_collection
 from memcore_chroma import ChromaHttpStore, connection, urls
+from memcore_chroma.async_client import AsyncReader
+from memcore_chroma.calls import CollectionCall
 
+from memcore.errors import StoreClosedError
 from memcore.scope import Scope
 from memcore.testing.helpers import make_record, random_vectors
 
@@ -118,3 +121,17 @@ def test_a_second_loop_reads_on_the_workers_until_the_first_is_gone(
     made.clear()
     assert asyncio.run(store.acount(SCOPE)) == 5  # the first loop is gone: this one reads natively
     assert made == []
+
+
+def test_a_call_that_began_before_close_makes_no_client_after_it() -> None:
+    """A read whose session goes on after the store closed meets StoreClosedError: no new HTTP
+    client is made (and left open) for it."""
+    reader = AsyncReader(urls.ServerAddress("127.0.0.1", 1, ssl=False), "memcore")
+
+    async def main() -> None:
+        await reader.aclose()
+        with pytest.raises(StoreClosedError):
+            await reader.make(CollectionCall("reading records", "get", {"ids": ["x"]}))
+
+    asyncio.run(main())
+    assert reader._api is None

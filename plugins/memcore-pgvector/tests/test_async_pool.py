@@ -214,3 +214,27 @@ async def _alist_loop(store: PgvectorStore, scope: Scope, name: str, seconds: fl
             len(rows) != 20
         )
     return figures
+
+
+def test_a_sync_close_during_a_native_write_acknowledges_the_write_that_landed(
+    postgres: Postgres, table_name: str
+) -> None:
+    """``close()`` (a ``with store:`` ending, another thread) while a native write waits on a lock:
+    the write commits once the lock is released, and its caller is told so, not StoreClosedError."""
+    url = with_table(postgres.uri, table_name)
+    store = PgvectorStore.from_url(url)
+    batch = _records(2, ALICE, "alice")
+    store.add(_records(1, BOB, "bob"), _vectors(1))  # the column is typed: the write is one upsert
+
+    async def main() -> None:
+        await store.acount(ALICE)  # the loop's pool is open
+        with psycopg.connect(postgres.uri, autocommit=True) as blocker, blocker.transaction():
+            blocker.execute(f"LOCK TABLE {table_name} IN EXCLUSIVE MODE")
+            writing = asyncio.create_task(store.aadd(batch, _vectors(2)))
+            await asyncio.sleep(0.3)  # the upsert waits for the lock
+            await asyncio.to_thread(store.close)
+        await writing  # committed when the lock went: acknowledged
+
+    asyncio.run(main())
+    with PgvectorStore.from_url(url) as reopened:
+        assert reopened.count(ALICE) == 2
