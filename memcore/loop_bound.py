@@ -57,6 +57,8 @@ class LoopBound(Generic[T]):
         loop = asyncio.get_running_loop()
         if self._process != os.getpid():  # before the lock: a parent thread may have held it at the fork
             return False
+        if self._loop is loop and not self._closed and not loop.is_closed():
+            return True  # every call of a bound loop after the first: no lock
         with self._lock:
             if self._closed:
                 return False

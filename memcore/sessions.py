@@ -25,6 +25,16 @@ Session: TypeAlias = Generator[C, Any, R]
 Offload: TypeAlias = Callable[..., Awaitable[tuple[bool, Any]]]
 """Runs ``fn(*args)`` on a worker thread and awaits it: a store's ``WorkerPool.run``."""
 
+OFFLOAD_AT = 64
+"""From this many rows, points or records on, the CPU work on them (decoding a result, encoding a
+batch: tens of microseconds each) runs on a worker thread instead of the event loop."""
+
+
+def long_list(result: Any) -> bool:
+    """Whether ``result`` is a list of :data:`OFFLOAD_AT` items or more: :func:`arun_session`'s
+    default test of a result to decode on a worker."""
+    return isinstance(result, list) and len(result) >= OFFLOAD_AT
+
 
 def run_session(session: Session[C, R], make: Callable[[C], Any]) -> R:
     """Run ``session``, making each call with ``make`` (blocking)."""
@@ -46,7 +56,7 @@ async def arun_session(
     make: Callable[[C], Awaitable[Any]],
     offload: Offload,
     *,
-    heavy: Callable[[Any], bool] = lambda result: False,
+    heavy: Callable[[Any], bool] = long_list,
     heavy_start: bool = False,
 ) -> R:
     """Run ``session`` for the event loop: each call awaited with ``make``, so that the loop only

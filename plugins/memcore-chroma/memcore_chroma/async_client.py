@@ -61,6 +61,9 @@ class AsyncReader:
                     return await getattr(collection, call.method)(**call.kwargs)
 
     async def _opened(self) -> AsyncCollection:
+        collection = self._collection
+        if collection is not None and not self._closed:
+            return collection  # every call after the first: no lock
         async with self._opening:
             if self._closed:  # a call that began before the store closed: no new client after close
                 raise StoreClosedError("the chroma-http store is closed")

@@ -15,10 +15,6 @@ from memcore import sessions
 
 R = TypeVar("R")
 
-OFFLOAD_ENTRIES = 64
-"""From this many entries in a result on, the async API decodes it (the session's next step) on a
-worker thread instead of the event loop."""
-
 
 @dataclass(frozen=True, slots=True)
 class CollectionCall:
@@ -41,8 +37,9 @@ def collection_call(
 
 
 def many_entries(result: Any) -> bool:
-    """Whether ``result`` (of ``get`` or ``query``) holds :data:`OFFLOAD_ENTRIES` entries or more."""
+    """Whether ``result`` (of ``get`` or ``query``) holds :data:`~memcore.sessions.OFFLOAD_AT` entries
+    or more."""
     ids = result.get("ids") if isinstance(result, dict) else None
     if not ids:
         return False
-    return (len(ids[0]) if isinstance(ids[0], list) else len(ids)) >= OFFLOAD_ENTRIES
+    return (len(ids[0]) if isinstance(ids[0], list) else len(ids)) >= sessions.OFFLOAD_AT

@@ -17,13 +17,13 @@ from memcore.loop_bound import LoopBound
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
-from memcore.sessions import arun_session
+from memcore.sessions import OFFLOAD_AT, arun_session
 from memcore.store import Capabilities
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix, check_dimension
 from memcore_chroma import connection, urls
 from memcore_chroma.async_client import AsyncReader
-from memcore_chroma.calls import OFFLOAD_ENTRIES, Session, many_entries
+from memcore_chroma.calls import Session, many_entries
 from memcore_chroma.connection import Connection
 from memcore_chroma.errors import ExclusiveMaintenanceError, translated
 from memcore_chroma.opening import (
@@ -225,7 +225,7 @@ class ChromaHttpStore(ChromaStoreBase):
             return await arun_session(session, reader.make, self._worker_pool().run, heavy=many_entries)
 
     async def _aadd(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
-        if len(records) >= OFFLOAD_ENTRIES or not settled(self._meta):
+        if len(records) >= OFFLOAD_AT or not settled(self._meta):
             # Encoding a large batch is CPU work; an unsettled dimension may need metadata
             # written, or a rebuild: both on the workers, through the sync client.
             await self._worker_pool().run(self._add, records, vectors)

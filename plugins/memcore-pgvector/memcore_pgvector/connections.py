@@ -89,15 +89,12 @@ class Connections:
     def connection(self, action: str) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection (autocommit), errors translated. A connection the server dropped is
         replaced by the pool when it comes back: the call that met it raises StoreUnavailableError."""
-        with translated(action, self.location):
-            try:
-                with self._pool.connection() as connection:
-                    try:
-                        yield connection
-                    except psycopg.OperationalError as exc:
-                        raise self._refusal(exc, connection, action) from exc
-            except PoolClosed:
-                raise self._closed_error() from None
+        with (
+            self._translated(action),
+            self._pool.connection() as connection,
+            self._refusals(connection, action),
+        ):
+            yield connection
 
     def serves(self) -> bool:
         """Whether the running event loop's calls get native async connections (:meth:`aconnection`):
@@ -110,24 +107,32 @@ class Connections:
         pool = self._loop_pool.client()
         if pool is None:
             raise self._closed_error()  # closed (or reset by a fork) since the call started
+        with self._translated(action):
+            async with pool.connection() as connection:
+                with self._refusals(connection, action):
+                    yield connection
+
+    @contextmanager
+    def _translated(self, action: str) -> Iterator[None]:
+        """Errors as memcore's; a pool closed under the call as the store's closed error."""
         with translated(action, self.location):
             try:
-                async with pool.connection() as connection:
-                    try:
-                        yield connection
-                    except psycopg.OperationalError as exc:
-                        raise self._refusal(exc, connection, action) from exc
+                yield
             except PoolClosed:
                 raise self._closed_error() from None
 
-    def _refusal(
-        self, exc: psycopg.OperationalError, connection: psycopg.BaseConnection[Any], action: str
-    ) -> Exception:
-        if exc.sqlstate is None and not connection.broken:
-            # libpq refused the statement itself (more than 65,535 parameters...) on a
-            # connection that is fine: retrying cannot help, so it is not unavailability.
-            return StoreError(f"PostgreSQL at {self.location} refused a statement while {action}: {exc}")
-        return exc
+    @contextmanager
+    def _refusals(self, connection: psycopg.BaseConnection[Any], action: str) -> Iterator[None]:
+        """A statement libpq refused on a connection that is fine (more than 65,535 parameters...)
+        as StoreError: retrying cannot help, so it is not unavailability."""
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            if exc.sqlstate is None and not connection.broken:
+                raise StoreError(
+                    f"PostgreSQL at {self.location} refused a statement while {action}: {exc}"
+                ) from exc
+            raise
 
     def reconnect_in_child(self) -> None:
         """In a forked child: a new blocking pool, and no async pool until a loop asks; the

@@ -19,10 +19,6 @@ from memcore.sessions import Offload
 
 R = TypeVar("R")
 
-OFFLOAD_ROWS = 64
-"""From this many rows on, :func:`arun_statements` decodes them (the session's next step) on a
-worker thread instead of the event loop: decoding a record costs tens of microseconds."""
-
 
 @dataclass(frozen=True, slots=True)
 class Statement:
@@ -64,7 +60,8 @@ async def arun_statements(
     heavy_start: bool = False,
 ) -> R:
     """Run ``session`` on ``connection`` for the event loop (:func:`memcore.sessions.arun_session`):
-    rows of :data:`OFFLOAD_ROWS` or more decoded, and the first step if ``heavy_start``, on a worker."""
+    rows of :data:`~memcore.sessions.OFFLOAD_AT` or more decoded, and the first step if ``heavy_start``,
+    on a worker."""
 
     async def execute(step: Statement) -> Any:
         async with connection.cursor() as cursor:
@@ -75,11 +72,7 @@ async def arun_statements(
             rows = await cursor.fetchall() if step.result == "rows" else None
             return _result(step, cursor.rowcount, rows)
 
-    return await sessions.arun_session(session, execute, offload, heavy=_many_rows, heavy_start=heavy_start)
-
-
-def _many_rows(result: Any) -> bool:
-    return isinstance(result, list) and len(result) >= OFFLOAD_ROWS
+    return await sessions.arun_session(session, execute, offload, heavy_start=heavy_start)
 
 
 def _result(step: Statement, rowcount: int, rows: list[Any] | None) -> Any:

@@ -43,6 +43,7 @@ from memcore.kit import check_same_dimension, clamp_score
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope, storage_id
+from memcore.sessions import OFFLOAD_AT
 from memcore.store import BaseStore, Capabilities, VectorSpace, text_matches
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
@@ -50,7 +51,7 @@ from memcore_pgvector.connections import CONNECT_SECONDS, POOL_SIZE, Connections
 from memcore_pgvector.errors import translated
 from memcore_pgvector.filters import Condition, compile_filter, expresses, scope_condition
 from memcore_pgvector.schema import DEFAULT_TABLE, NUL_MARK, Tables, fold_content
-from memcore_pgvector.sessions import OFFLOAD_ROWS, Session, Statement, arun_statements, run_statements
+from memcore_pgvector.sessions import Session, Statement, arun_statements, run_statements
 
 R = TypeVar("R")
 
@@ -187,7 +188,7 @@ class PgvectorStore(BaseStore):
 
     async def _aadd(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
         session = self._add_session(records, vectors)
-        heavy = len(records) >= OFFLOAD_ROWS  # building the rows: tens of microseconds a record
+        heavy = len(records) >= OFFLOAD_AT  # building the rows: tens of microseconds a record
         await self._arun_session("add records", session, transaction=True, heavy_start=heavy)
         if vectors is not None:
             self._dimension = vectors.shape[1]

@@ -19,10 +19,6 @@ from memcore import sessions
 P = ParamSpec("P")
 R = TypeVar("R")
 
-OFFLOAD_POINTS = 64
-"""From this many points or hits in a result on, the async API decodes them (the session's next
-step) on a worker thread instead of the event loop."""
-
 
 @dataclass(frozen=True, slots=True)
 class EngineCall:
@@ -51,8 +47,3 @@ def engine_call(method: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Se
     typed like the engine's method (called by name on whichever engine runs the session)."""
     result: R = yield EngineCall(method.__name__, args, kwargs)
     return result
-
-
-def many_points(result: Any) -> bool:
-    """Whether an engine call's result is a list of :data:`OFFLOAD_POINTS` points or hits or more."""
-    return isinstance(result, list) and len(result) >= OFFLOAD_POINTS

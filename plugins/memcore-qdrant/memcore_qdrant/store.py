@@ -34,12 +34,12 @@ from memcore.loop_bound import LoopBound
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope, storage_id
-from memcore.sessions import arun_session, run_session
+from memcore.sessions import OFFLOAD_AT, arun_session, run_session
 from memcore.store import SERVER_WORKERS, BaseStore, Capabilities, VectorSpace
 from memcore.urls import COLLECTION, StoreURL
 from memcore.validation import Matrix
 from memcore_qdrant import payload as fields
-from memcore_qdrant.calls import OFFLOAD_POINTS, ClientCall, EngineCall, Session, engine_call, many_points
+from memcore_qdrant.calls import ClientCall, EngineCall, Session, engine_call
 from memcore_qdrant.connections import (
     API_KEY_ENV,
     DEFAULT_COLLECTION,
@@ -177,7 +177,7 @@ class QdrantStore(BaseStore):
             return await arun_session(calls(*call.args, **call.kwargs), make_client_call, offload)
 
         with translated(action, self.location):
-            return await arun_session(session, make, offload, heavy=many_points)
+            return await arun_session(session, make, offload)
 
     def _locked(self, call: EngineCall) -> Any:
         with self._lock:
@@ -218,7 +218,7 @@ class QdrantStore(BaseStore):
         self._run("add records", self._add_session(records, vectors))
 
     async def _aadd(self, records: builtins.list[MemoryRecord], vectors: Matrix | None) -> None:
-        if len(records) >= OFFLOAD_POINTS:  # encoding the points and the request: CPU work
+        if len(records) >= OFFLOAD_AT:  # encoding the points and the request: CPU work
             await self._worker_pool().run(self._add, records, vectors)
         else:
             await self._arun_session("add records", self._add_session(records, vectors))
