@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from memcore.scope import Scope as Scope
     from memcore.store import BaseStore as BaseStore
     from memcore.store import Capabilities as Capabilities
+    from memcore.store import ScopeCount as ScopeCount
     from memcore.store import Store as Store
 
 _LAZY_EXPORTS: dict[str, str] = {
@@ -65,6 +66,7 @@ _LAZY_EXPORTS: dict[str, str] = {
     "Scope": "memcore.scope",
     "ScoreBasedContextCreator": "memcore.agent.context",
     "ScoredRecord": "memcore.records",
+    "ScopeCount": "memcore.store",
     "Store": "memcore.store",
     "TokenCounter": "memcore.agent.tokens",
     "hookimpl": "memcore.hookspecs",

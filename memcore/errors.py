@@ -49,6 +49,11 @@ class AmbiguousIdError(InvalidInputError):
     """
 
 
+class RecordNotFoundError(MemcoreError, LookupError):
+    """No live record has this id in the scope asked (``update`` of a record that does not exist,
+    was deleted, or has expired)."""
+
+
 class InvalidVectorError(InvalidInputError):
     """A vector is empty, all zeros, or holds NaN, infinity or values beyond float32."""
 

@@ -7,7 +7,8 @@ Filters are Mongo-style dicts validated into a small immutable AST::
     {"$or": [{"kind": "summary"}, {"created_at": {"$gte": "2026-01-01T00:00:00Z"}}]}
     {"$not": {"metadata.tags": {"$contains": "secret"}}}
 
-Fields: ``role``, ``kind``, ``created_at`` and ``metadata.<key>``. Scope fields
+Fields: ``role``, ``kind``, ``created_at``, ``expires_at`` and ``metadata.<key>``
+(a record without ``expires_at`` compares as :data:`memcore.records.NEVER_EXPIRES`). Scope fields
 are not filterable: the scope is a separate argument of every store call.
 
 Semantics are defined once, by :func:`evaluate`; every backend must return
@@ -469,6 +470,7 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("role", "role", lambda record, _: record.message.role),
         FieldSpec("kind", "string", lambda record, _: record.kind),
         FieldSpec("created_at", "datetime", lambda record, _: record.created_at),
+        FieldSpec("expires_at", "datetime", lambda record, _: record.expires),
     )
 }
 """The record fields a filter may test besides metadata keys."""

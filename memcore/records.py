@@ -31,6 +31,8 @@ MetadataValue = str | int | float | bool | list[str]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 SUMMARY_KIND = "summary"
 """The ``kind`` of records that summarise older turns of a session."""
+NOTE_KIND = "note"
+"""The ``kind`` of explicit memories an agent or a tool writes (:meth:`memcore.agent.Memory.remember`)."""
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 MAX_METADATA_KEYS = 128
 """The most metadata keys one record may carry: every backend indexes each key (Chroma as
@@ -78,6 +80,11 @@ def in_utc(moment: datetime) -> datetime:
         return moment.astimezone(UTC)
     except OverflowError:
         raise ValueError(f"{moment.isoformat()} is outside the years 1-9999 in UTC") from None
+
+
+NEVER_EXPIRES = _EPOCH + timedelta(microseconds=2**53 - 1)
+"""When a record without ``expires_at`` expires, as stores compare it (2255-06-05): the last
+microsecond every engine compares exactly (float64 holds integers up to 2**53 exactly)."""
 
 
 def epoch_micros(moment: datetime) -> int:
@@ -184,7 +191,10 @@ class MemoryRecord(MemcoreModel):
         strictly increasing within a process by default, so order is total.
     :param metadata: flat ``key -> value`` pairs, filterable as ``metadata.<key>``;
         at most :data:`MAX_METADATA_KEYS` keys, each an identifier of up to 64 characters.
-    :param kind: what the record is: ``turn`` (default), ``summary``, ``fact``...
+    :param kind: what the record is: ``turn`` (default), ``summary``, ``note``...
+    :param expires_at: when the record expires: from then on no read returns it, and
+        ``purge()`` erases it. ``None`` (default) never expires. Before :data:`NEVER_EXPIRES`.
+    :param updated_at: when :meth:`memcore.store.BaseStore.update` last changed it, or ``None``.
     """
 
     id: UUID = pydantic.Field(default_factory=uuid4)
@@ -193,6 +203,17 @@ class MemoryRecord(MemcoreModel):
     created_at: datetime = pydantic.Field(default_factory=utc_now)
     metadata: dict[str, MetadataValue] = pydantic.Field(default_factory=dict)
     kind: str = "turn"
+    expires_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def expires(self) -> datetime:
+        """When the record expires, :data:`NEVER_EXPIRES` if it does not: the value filters compare."""
+        return NEVER_EXPIRES if self.expires_at is None else self.expires_at
+
+    def is_live(self, now: datetime) -> bool:
+        """Whether the record is still visible at ``now``."""
+        return self.expires > now
 
     @property
     def key(self) -> RecordKey:
@@ -211,6 +232,18 @@ class MemoryRecord(MemcoreModel):
     @classmethod
     def _to_utc(cls, value: datetime) -> datetime:
         return in_utc(value)
+
+    @pydantic.field_validator("expires_at", "updated_at")
+    @classmethod
+    def _optional_to_utc(cls, value: datetime | None, info: pydantic.ValidationInfo) -> datetime | None:
+        if value is None:
+            return None
+        moment = in_utc(value)
+        if info.field_name == "expires_at" and moment >= NEVER_EXPIRES and not is_stored(info):
+            raise ValueError(
+                f"expires_at must be before {NEVER_EXPIRES.isoformat()}, got {moment.isoformat()}"
+            )
+        return moment
 
     @pydantic.field_validator("metadata")
     @classmethod

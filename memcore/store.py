@@ -25,9 +25,10 @@ import os
 import threading
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from enum import Enum
 from types import TracebackType
 from typing import Any, ClassVar, Literal, ParamSpec, Self, TypeAlias, TypeVar
 from uuid import UUID
@@ -36,6 +37,7 @@ from memcore.errors import (
     AmbiguousIdError,
     EmbedderMismatchError,
     InvalidInputError,
+    RecordNotFoundError,
     StoreClosedError,
     StoreForkedError,
     UnsupportedOperationError,
@@ -45,11 +47,12 @@ from memcore.keywords import bm25_scores
 from memcore.kit import order_key
 from memcore.plans import Plan, arun_plan, call, run_plan
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
-from memcore.records import MemoryRecord, ScoredRecord, in_utc
-from memcore.scope import Scope, scope_order
+from memcore.records import NEVER_EXPIRES, MemoryRecord, MetadataValue, ScoredRecord, epoch_micros, in_utc
+from memcore.scope import SCOPE_FIELDS, Scope, scope_order
 from memcore.urls import StoreURL
 from memcore.validation import (
     DEFAULT_LIMIT,
+    TTL,
     Matrix,
     Vector,
     Vectors,
@@ -58,6 +61,7 @@ from memcore.validation import (
     check_query_vector,
     check_records,
     check_scope,
+    check_ttl,
     check_vectors,
     normalize_rows,
 )
@@ -81,6 +85,8 @@ _HOOKS = (
     "_keyword_search",
     "_delete",
     "_delete_where",
+    "_replace",
+    "_scopes",
 )
 """The hooks plans call (:mod:`memcore.plans`); a backend may give any of them an async variant."""
 
@@ -100,6 +106,9 @@ class Capabilities:
         ``"hybrid"`` where keyword search and the small ordered reads of hybrid recall's
         neighbours are cheap enough for every turn (``memcore bench``'s agent loop), else
         ``"dense"``.
+    :param expiry: records may expire (``expires_at``, ``add(ttl=...)``): the store hides expired
+        records on every read path, natively, and ``purge()`` erases them. A store without it
+        refuses both, never storing an expiry it would not honour.
     """
 
     durable: bool
@@ -108,6 +117,31 @@ class Capabilities:
     server: bool = False
     keyword_index: bool = False
     default_recall: Literal["dense", "hybrid"] = "dense"
+    expiry: bool = False
+
+
+@dataclass(frozen=True)
+class ScopeCount:
+    """One scope :meth:`BaseStore.scopes` found, and how many live records it holds."""
+
+    scope: Scope
+    count: int
+
+
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+"""``update(ttl=KEEP)``, the default: leave the record's expiry as it is."""
+
+Clock = Callable[[], datetime]
+"""What tells a store the time: returns a timezone-aware datetime."""
+
+
+def system_clock() -> datetime:
+    """The wall clock, in UTC: every store's default :attr:`BaseStore.clock`."""
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -188,6 +222,9 @@ class BaseStore(ABC):
         self._workers_lock = threading.Lock()
         self._native_runs: set[asyncio.Future[Any]] = set()
         self._process = os.getpid()
+        self.clock: Clock = system_clock
+        """What the store takes for "now" when it decides which records have expired, and when
+        ``add(ttl=...)`` and ``update`` stamp records; replace it to control time in tests."""
         _open_stores.add(self)
 
     url_params: ClassVar[frozenset[str]] = frozenset()
@@ -216,7 +253,9 @@ class BaseStore(ABC):
     def dimension(self) -> int | None:
         """The vector dimension, fixed by the first vector written (``None`` before)."""
 
-    def add(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
+    def add(
+        self, records: Sequence[MemoryRecord], vectors: Vectors | None = None, *, ttl: TTL | None = None
+    ) -> None:
         """Insert or replace records, each with its vector when ``vectors`` is given.
 
         A record is replaced by one with the same id *and the same scope*; the same id
@@ -224,25 +263,78 @@ class BaseStore(ABC):
         cannot block, the ids other scopes use. Replacing a record replaces its
         vector too (none if ``vectors`` is omitted). A batch is written whole or not at all.
 
+        :param ttl: a time to live (a timedelta or seconds): every record of the batch expires
+            that long from now (:attr:`clock`), replacing its own ``expires_at``.
         :raises InvalidRecordError: for invalid or oversized records.
+        :raises UnsupportedOperationError: for ``ttl`` or an ``expires_at`` on a store without
+            :attr:`Capabilities.expiry`.
         :raises InvalidVectorError: for invalid vectors (NaN, infinity, zero, empty).
         :raises DimensionMismatchError: if a vector does not match :attr:`dimension`.
         """
-        run_plan(self._add_plan(records, vectors))
+        run_plan(self._add_plan(records, vectors, ttl))
 
-    async def aadd(self, records: Sequence[MemoryRecord], vectors: Vectors | None = None) -> None:
+    async def aadd(
+        self, records: Sequence[MemoryRecord], vectors: Vectors | None = None, *, ttl: TTL | None = None
+    ) -> None:
         """:meth:`add`, awaited. Cancelling it never leaves part of the batch: a write the engine
         has started lands whole, else nothing does."""
-        await self._arun(self._add_plan(records, vectors), whole=True)
+        await self._arun(self._add_plan(records, vectors, ttl), whole=True)
 
-    def _add_plan(self, records: Sequence[MemoryRecord], vectors: Vectors | None) -> Plan[None]:
+    def _add_plan(
+        self, records: Sequence[MemoryRecord], vectors: Vectors | None, ttl: TTL | None
+    ) -> Plan[None]:
         self._check_open()
-        batch = check_records(records)
+        batch = self._with_expiry(check_records(records), ttl)
         matrix = None
         if vectors is not None:
             matrix = normalize_rows(check_vectors(vectors, len(batch), self._expected_dimension()))
         if batch:
             yield from call(self._add, batch, matrix)
+
+    def _with_expiry(
+        self, batch: builtins.list[MemoryRecord], ttl: TTL | None
+    ) -> builtins.list[MemoryRecord]:
+        """``batch`` with ``ttl`` applied; refused where the store cannot honour an expiry."""
+        if not self.capabilities.expiry:
+            if ttl is not None or any(record.expires_at is not None for record in batch):
+                raise UnsupportedOperationError(
+                    f"the {self.name} store cannot expire records: write them without ttl or expires_at"
+                )
+            return batch
+        if ttl is None:
+            return batch
+        expires_at = self._expiry_after(check_ttl(ttl))
+        return [record.model_copy(update={"expires_at": expires_at}) for record in batch]
+
+    def _expiry_after(self, ttl: TTL) -> datetime:
+        try:
+            expires_at = self.now() + check_ttl(ttl)
+        except OverflowError:
+            expires_at = NEVER_EXPIRES
+        if expires_at >= NEVER_EXPIRES:
+            raise InvalidInputError(f"ttl {ttl} ends after {NEVER_EXPIRES.isoformat()}, the latest expiry")
+        return expires_at
+
+    def now(self) -> datetime:
+        """The store's time (its :attr:`clock`), in UTC."""
+        return in_utc(self.clock())
+
+    def _live_condition(self) -> Comparison | None:
+        """The implicit read condition beside the scope: not expired at :meth:`now`. Every read
+        hook of a store with :attr:`Capabilities.expiry` applies it in its engine's query
+        (``None`` for a store without)."""
+        if not self.capabilities.expiry:
+            return None
+        return Comparison("expires_at", "$gt", self.now())
+
+    def _live_micros(self) -> int | None:
+        """The implicit read condition as a bound: records expiring after this many epoch
+        microseconds are live (``None`` for a store without :attr:`Capabilities.expiry`)."""
+        return epoch_micros(self.now()) if self.capabilities.expiry else None
+
+    def _live(self, node: Filter | None) -> Filter | None:
+        """``node`` and the implicit read condition, as one filter for a backend's compiler."""
+        return conjunction([node, self._live_condition()])
 
     def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
         """The records with these ids that ``scope`` can see, in the order asked.
@@ -487,12 +579,152 @@ class BaseStore(ABC):
             deleted += yield from call(self._delete, exact, ids)
         return deleted
 
-    def purge(self) -> None:
-        """Physically erase deleted records from everything the store persists.
+    def update(
+        self,
+        scope: Scope,
+        id: UUID | str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, MetadataValue | None] | None = None,
+        ttl: TTL | _Keep | None = KEEP,
+        vector: Vector | None = None,
+    ) -> MemoryRecord:
+        """Change part of one live record and stamp its ``updated_at``; what is not given stays.
 
-        Stores that keep nothing on disk have nothing to erase.
+        :param scope: a scope that sees the record (its exact scope, or one that sees no other
+            record of this id).
+        :param content: the new text of its message.
+        :param metadata: keys to set; a key given ``None`` is removed.
+        :param ttl: a new time to live from now; ``None`` makes the record never expire;
+            :data:`KEEP` (default) leaves its expiry.
+        :param vector: its new vector; the vector it has is kept when omitted (a memory's
+            ``update`` re-embeds new content).
+        :returns: the record as stored now.
+        :raises RecordNotFoundError: if ``scope`` sees no live record of this id, or it is deleted
+            before the change lands (an update never brings a deleted record back).
+        :raises AmbiguousIdError: if ``scope`` sees records of this id in several exact scopes.
+        """
+        return run_plan(self._update_plan(scope, id, content, metadata, ttl, vector))
+
+    async def aupdate(
+        self,
+        scope: Scope,
+        id: UUID | str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, MetadataValue | None] | None = None,
+        ttl: TTL | _Keep | None = KEEP,
+        vector: Vector | None = None,
+    ) -> MemoryRecord:
+        """:meth:`update`, awaited."""
+        return await self._arun(self._update_plan(scope, id, content, metadata, ttl, vector), whole=True)
+
+    def _update_plan(
+        self,
+        scope: Scope,
+        record_id: UUID | str,
+        content: str | None,
+        metadata: Mapping[str, MetadataValue | None] | None,
+        ttl: TTL | _Keep | None,
+        vector: Vector | None,
+    ) -> Plan[MemoryRecord]:
+        self._check_open()
+        scope = check_scope(scope)
+        [wanted] = check_ids([record_id])
+        if content is not None and not isinstance(content, str):
+            raise InvalidInputError(f"content must be a string, got {content!r}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidInputError(f"metadata must be a mapping, got {metadata!r}")
+        changes: dict[str, Any] = {"updated_at": self.now()}
+        if ttl is not KEEP:
+            if not self.capabilities.expiry and ttl is not None:
+                raise UnsupportedOperationError(f"the {self.name} store cannot expire records")
+            changes["expires_at"] = None if ttl is None else self._expiry_after(ttl)
+        matrix = None
+        if vector is not None:
+            matrix = normalize_rows(check_query_vector(vector, self._expected_dimension()))
+        found = yield from call(self._get, scope, [wanted])
+        if not found:
+            raise RecordNotFoundError(f"no live record {wanted} in {scope}")
+        if len(found) > 1:
+            raise AmbiguousIdError(f"id {wanted} names records in several scopes within {scope}")
+        old = found[0]
+        if content is not None:
+            changes["message"] = old.message.model_copy(update={"content": content})
+        if metadata is not None:
+            merged = {**old.metadata, **metadata}
+            changes["metadata"] = {key: value for key, value in merged.items() if value is not None}
+        [new] = check_records([old.model_copy(update=changes)])
+        if matrix is None:
+            kept = yield from call(self._vectors, old.scope.exact(), [wanted])
+            matrix = kept[0][1].reshape(1, -1) if kept else None
+        if not (yield from call(self._replace, old, new, matrix)):
+            raise RecordNotFoundError(f"record {wanted} in {scope} was deleted or expired before the update")
+        return new
+
+    def scopes(
+        self, prefix: Scope, *, depth: int | None = None, limit: int | None = None
+    ) -> builtins.list[ScopeCount]:
+        """The scopes under ``prefix`` that hold live records, each with how many, in scope order.
+
+        :param prefix: what to look under; only records it can see are counted.
+        :param depth: how many scope fields (tenant, user, agent, session) the answer tells
+            apart: ``1`` groups by tenant, ``4`` (or ``None``) lists exact scopes (each
+            :meth:`Scope.exact`, so that reading through it sees just what was counted). The fields
+            ``prefix`` sets are always kept, so no answer is wider than ``prefix``.
+        :param limit: at most this many scopes, the first in scope order.
+        """
+        return run_plan(self._scopes_plan(prefix, depth, limit))
+
+    async def ascopes(
+        self, prefix: Scope, *, depth: int | None = None, limit: int | None = None
+    ) -> builtins.list[ScopeCount]:
+        """:meth:`scopes`, awaited."""
+        return await self._arun(self._scopes_plan(prefix, depth, limit))
+
+    def _scopes_plan(
+        self, prefix: Scope, depth: int | None, limit: int | None
+    ) -> Plan[builtins.list[ScopeCount]]:
+        self._check_open()
+        prefix = check_scope(prefix)
+        if depth is None:
+            depth = len(SCOPE_FIELDS)
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= len(SCOPE_FIELDS):
+            raise InvalidInputError(f"depth must be 1 to {len(SCOPE_FIELDS)}, got {depth!r}")
+        bounded = check_limit(limit, required=False)
+        counts: dict[tuple[str | None, ...], int] = {}
+        for exact, count in (yield from call(self._scopes, prefix)):
+            key = truncated_scope(exact, prefix, depth)
+            counts[key] = counts.get(key, 0) + count
+        found = [ScopeCount(_scope_of(key, exact=depth == len(SCOPE_FIELDS)), n) for key, n in counts.items()]
+        found.sort(key=lambda entry: scope_order(entry.scope))
+        return found[:bounded]
+
+    def purge(self) -> None:
+        """Physically erase deleted and expired records from everything the store persists.
+
+        Expired records are deleted first (:meth:`sweep`); stores that keep nothing on disk have
+        nothing more to erase.
+        """
+        self.sweep()
+        self._purge()
+
+    def sweep(self) -> int:
+        """Delete every record expired by :meth:`now`, in every scope, as :meth:`delete` would.
+
+        :returns: how many records were deleted.
         """
         self._check_open()
+        if not self.capabilities.expiry:
+            return 0
+        return self._delete_where(Scope.everything(), Comparison("expires_at", "$lte", self.now()))
+
+    async def asweep(self) -> int:
+        """:meth:`sweep`, on the store's workers."""
+        return await self.run_in_worker(self.sweep)
+
+    def _purge(self) -> None:  # noqa: B027 - a hook with nothing to do by default, not abstract
+        """Erase what deletes left on disk (see :meth:`purge`); the default has nothing to erase."""
 
     async def apurge(self) -> None:
         """:meth:`purge`, on the store's workers."""
@@ -797,6 +1029,27 @@ class BaseStore(ABC):
     def _delete_where(self, scope: Scope, node: Filter | None) -> int:
         """Delete the records of ``scope`` matching ``node``; how many there were."""
 
+    def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        """Write ``new`` (same scope and id as ``old``) with ``vector``, only if the record is still
+        stored and live; whether it was. A backend makes the check and the write one step (a
+        lock, a conditional write): this default checks, then writes, and so leaves a window in
+        which a concurrent delete is undone."""
+        if not self._get(old.scope.exact(), [old.id]):
+            return False
+        self._add([new], vector)
+        return True
+
+    def _scopes(self, prefix: Scope) -> builtins.list[tuple[Scope, int]]:
+        """The exact scopes of the live records ``prefix`` sees, each with its count (a scope may
+        appear more than once: counts are summed). This default reads every record: a backend
+        with a grouped query or an index overrides it."""
+        counts: dict[tuple[str | None, ...], tuple[Scope, int]] = {}
+        for record in self._list(prefix, ListQuery()):
+            key = record.scope.as_tuple()
+            scope, count = counts.get(key, (record.scope, 0))
+            counts[key] = (scope, count + 1)
+        return builtins.list(counts.values())
+
     @abstractmethod
     def _close(self) -> None:
         """Release the engine (called once, in the process that opened the store)."""
@@ -804,6 +1057,22 @@ class BaseStore(ABC):
 
 Store: TypeAlias = BaseStore
 """What memories and tools program against: any :class:`BaseStore`."""
+
+
+def _scope_of(fields: tuple[str | None, ...], *, exact: bool) -> Scope:
+    # Built from stored values, not validated again (a record stored before every scope had a
+    # tenant has none).
+    scope = Scope.model_construct(None, **dict(zip(SCOPE_FIELDS, fields, strict=True)))
+    return scope.exact() if exact else scope
+
+
+def truncated_scope(exact: Scope, prefix: Scope, depth: int) -> tuple[str | None, ...]:
+    """The fields of ``exact`` that :meth:`BaseStore.scopes` tells apart at ``depth``: the first
+    ``depth`` fields, and every field ``prefix`` sets."""
+    return tuple(
+        value if index < depth or given is not None else None
+        for index, (value, given) in enumerate(zip(exact.as_tuple(), prefix.as_tuple(), strict=True))
+    )
 
 
 def rank_by_keywords(query: KeywordQuery, records: Sequence[MemoryRecord]) -> builtins.list[ScoredRecord]:

@@ -7,7 +7,9 @@ through, whatever the engine would do with it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TypeAlias
 from uuid import UUID
 
@@ -195,6 +197,29 @@ def normalize_rows(matrix: Matrix) -> Matrix:
     wide = matrix.astype(np.float64)
     norms = np.linalg.norm(wide, axis=1, keepdims=True)
     return np.ascontiguousarray(wide / norms, dtype=np.float32)
+
+
+TTL: TypeAlias = timedelta | int | float
+"""A time to live: a :class:`~datetime.timedelta`, or seconds."""
+
+
+def check_ttl(ttl: TTL) -> timedelta:
+    """A positive, finite time to live as a timedelta.
+
+    :raises InvalidInputError: for anything else (zero, negative, NaN, a string).
+    """
+    if isinstance(ttl, bool) or not isinstance(ttl, (timedelta, int, float)):
+        raise InvalidInputError(f"ttl must be a timedelta or a number of seconds, got {ttl!r}")
+    if not isinstance(ttl, timedelta):
+        if not math.isfinite(ttl):
+            raise InvalidInputError(f"ttl must be finite, got {ttl!r}")
+        try:
+            ttl = timedelta(seconds=ttl)
+        except OverflowError:
+            raise InvalidInputError(f"ttl {ttl!r} is too long") from None
+    if ttl <= timedelta(0):
+        raise InvalidInputError(f"ttl must be positive, got {ttl}")
+    return ttl
 
 
 def check_ids(ids: Sequence[UUID | str]) -> list[UUID]:

@@ -51,6 +51,16 @@ def test_memories_code_runs(tmp_path: Path) -> None:
     assert namespace["memory"].store.count(namespace["session"]) == 1
 
 
+def test_lifecycle_code_runs() -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(_python_block("## Lifecycle"), "README lifecycle", "exec"), namespace)
+    assert [(entry.scope.user_id, entry.count) for entry in namespace["per_user"]] == [("alice", 3)]
+    assert namespace["expired"] == 0
+    store = namespace["store"]
+    assert store.get(namespace["session"], [namespace["note"].id]) == []
+    assert store.get(namespace["session"], [namespace["turn"].id])[0].message.content == "My gate is C4"
+
+
 def test_async_code_runs() -> None:
     namespace: dict[str, Any] = {}
     exec(compile(_python_block("## Async"), "README async", "exec"), namespace)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
@@ -34,11 +35,20 @@ from memcore.agent.context import ContextCreator, ScoreBasedContextCreator
 from memcore.agent.policy import MemoryPolicy
 from memcore.embedders.base import Embedder
 from memcore.embedders.cache import cached
-from memcore.errors import ContextBudgetError, InvalidInputError, InvalidRecordError
+from memcore.errors import ContextBudgetError, InvalidInputError, InvalidRecordError, RecordNotFoundError
 from memcore.filters import Filter, FilterSpec
-from memcore.records import ContextRecord, MemoryRecord, Message, MetadataValue, RecordKey, utc_now
+from memcore.records import (
+    NOTE_KIND,
+    ContextRecord,
+    MemoryRecord,
+    Message,
+    MetadataValue,
+    RecordKey,
+    utc_now,
+)
 from memcore.scope import Scope
-from memcore.store import Store, VectorSpace
+from memcore.store import KEEP, Store, VectorSpace, _Keep
+from memcore.validation import TTL, Matrix, check_ttl
 
 DEFAULT_TOKEN_LIMIT = 4_096
 NO_MEMORIES_NOTE = "No relevant memories were found for this conversation."
@@ -48,6 +58,9 @@ TOOL_CALL_LOOKBACK = 50
 """How many recent assistant messages a tool result's call is looked for among."""
 
 BufferState = Literal["open", "finished", "discarded", "committed"]
+NoteRole = Literal["user", "assistant"]
+POLICY_TTL: Literal["policy"] = "policy"
+"""``remember(ttl=POLICY_TTL)``, the default: the note lives as long as the policy's ``ttl`` says."""
 
 
 def _texts_of(messages: Sequence[Message]) -> list[str]:
@@ -202,12 +215,141 @@ class AgentMemory(ABC):
         metadata: dict[str, MetadataValue] | None = None,
     ) -> list[MemoryRecord]:
         """Store messages as records of the memory's scope; return the records."""
+        expires_at = self._expiry()
         records = [
-            MemoryRecord(scope=self.scope, message=message, kind=kind, metadata=dict(metadata or {}))
+            MemoryRecord(
+                scope=self.scope,
+                message=message,
+                kind=kind,
+                metadata=dict(metadata or {}),
+                expires_at=expires_at,
+            )
             for message in messages
         ]
         self.write_records(records)
         return records
+
+    def _expiry(self) -> datetime | None:
+        """When a record written now expires under the policy's ``ttl`` (``None``: never)."""
+        return None if self.policy.ttl is None else self.store.now() + self.policy.ttl
+
+    def remember(
+        self,
+        text: str,
+        *,
+        role: NoteRole = "assistant",
+        name: str | None = None,
+        metadata: dict[str, MetadataValue] | None = None,
+        supersedes: Sequence[UUID | str] = (),
+        ttl: TTL | Literal["policy"] | None = POLICY_TTL,
+    ) -> MemoryRecord:
+        """Store an explicit memory, a note (``kind="note"``), that an agent or a tool decided to keep.
+
+        A memory that embeds consolidates at write time: a note of the same speaker (role and
+        name) in the recall scope at least ``policy.consolidation_threshold`` similar is
+        refreshed instead (its text, vector, metadata and expiry replaced, ``updated_at``
+        stamped) and returned, so repeating a fact never piles up copies of it.
+
+        :param supersedes: ids of older notes this one replaces: they are deleted (from
+            history and recall, as :meth:`forget` does) once this one is stored, and their ids
+            kept in its ``metadata["supersedes"]``.
+        :param ttl: how long the note lives: a timedelta or seconds, ``None`` for ever, or the
+            policy's ``ttl`` (default).
+        :returns: the note as stored (the refreshed one, when consolidated).
+        """
+        retired = [str(record_id) for record_id in supersedes]
+        fields = dict(metadata or {})
+        if retired:
+            fields["supersedes"] = retired
+        message = Message(role=role, content=text, name=name)
+        lifetime = self.policy.ttl if ttl == POLICY_TTL else None if ttl is None else check_ttl(ttl)
+        vector = self._vector_of(text)
+        note: MemoryRecord | None = None
+        similar = self._similar_note(message, vector)
+        if similar is not None:
+            try:
+                note = self.store.update(
+                    similar.scope.exact(),
+                    similar.id,
+                    content=text,
+                    metadata=fields,
+                    ttl=lifetime,
+                    vector=None if vector is None else vector[0],
+                )
+            except RecordNotFoundError:  # deleted or expired meanwhile: write a new one
+                note = None
+        if note is None:
+            expires_at = None if lifetime is None else self.store.now() + lifetime
+            note = MemoryRecord(
+                scope=self.scope, message=message, kind=NOTE_KIND, metadata=fields, expires_at=expires_at
+            )
+            self.write_records([note])
+        others = [record_id for record_id in retired if record_id != str(note.id)]
+        if others:
+            self.store.delete(self.recall_scope, others)
+        return note
+
+    async def aremember(
+        self,
+        text: str,
+        *,
+        role: NoteRole = "assistant",
+        name: str | None = None,
+        metadata: dict[str, MetadataValue] | None = None,
+        supersedes: Sequence[UUID | str] = (),
+        ttl: TTL | Literal["policy"] | None = POLICY_TTL,
+    ) -> MemoryRecord:
+        """:meth:`remember`, awaited."""
+        if isinstance(text, str):
+            await self._embed_ahead([text])
+        return await self.store.run_in_worker(
+            self.remember, text, role=role, name=name, metadata=metadata, supersedes=supersedes, ttl=ttl
+        )
+
+    def update(
+        self,
+        id: UUID | str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, MetadataValue | None] | None = None,
+        ttl: TTL | _Keep | None = KEEP,
+    ) -> MemoryRecord:
+        """Change a record the memory can show (its own scope or the recall scope), as
+        :meth:`memcore.store.BaseStore.update` does; new content is embedded again, so recall
+        finds the record by what it says now.
+
+        :raises RecordNotFoundError: if no live record has this id in the recall scope.
+        """
+        vector = None if content is None else self._vector_of(content)
+        return self.store.update(
+            self.recall_scope,
+            id,
+            content=content,
+            metadata=metadata,
+            ttl=ttl,
+            vector=None if vector is None else vector[0],
+        )
+
+    async def aupdate(
+        self,
+        id: UUID | str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, MetadataValue | None] | None = None,
+        ttl: TTL | _Keep | None = KEEP,
+    ) -> MemoryRecord:
+        """:meth:`update`, awaited."""
+        if isinstance(content, str):
+            await self._embed_ahead([content])
+        return await self.store.run_in_worker(self.update, id, content=content, metadata=metadata, ttl=ttl)
+
+    def _vector_of(self, text: str) -> Matrix | None:
+        """The vector a memory that embeds stores for ``text`` (``None`` for one that does not)."""
+        return None
+
+    def _similar_note(self, message: Message, vector: Matrix | None) -> MemoryRecord | None:
+        """A live note of the recall scope that ``message`` repeats (see :meth:`remember`)."""
+        return None
 
     async def awrite(
         self,
@@ -343,7 +485,12 @@ class AgentMemory(ABC):
             pending = [b for b in self._buffers if b.state == "finished"]
             records = [
                 MemoryRecord(
-                    scope=self.scope, message=message, kind=kind, metadata=metadata, created_at=utc_now()
+                    scope=self.scope,
+                    message=message,
+                    kind=kind,
+                    metadata=metadata,
+                    created_at=utc_now(),
+                    expires_at=self._expiry(),
                 )
                 for buffer in pending
                 for message, kind, metadata in buffer.pending()
@@ -415,6 +562,40 @@ class VectorMemory(AgentMemory):
     def _store_records(self, records: Sequence[MemoryRecord]) -> None:
         self.recall_block.write_records(records)
 
+    def _vector_of(self, text: str) -> Matrix | None:
+        if not isinstance(text, str) or not text.strip():
+            return None  # the store refuses what needs refusing; blank text has no vector
+        return self.embedder.embed([text])
+
+    def _similar_note(self, message: Message, vector: Matrix | None) -> MemoryRecord | None:
+        if vector is None:
+            return None
+        hits = self.store.search(
+            self.recall_scope, vector=vector[0], filter={"kind": NOTE_KIND, "role": message.role}, limit=5
+        )
+        threshold = self.policy.consolidation_threshold
+        for hit in hits:
+            if hit.score >= threshold and hit.record.message.name == message.name:
+                return hit.record
+        return None
+
+    def _refreshed(self, hits: list[ContextRecord]) -> list[ContextRecord]:
+        """``hits``, each that expires given ``policy.ttl`` more from now (``refresh_on_read``)."""
+        ttl = self.policy.ttl
+        if not self.policy.refresh_on_read or ttl is None:
+            return hits
+        refreshed = []
+        for hit in hits:
+            record = hit.record
+            if record.expires_at is not None:
+                try:
+                    record = self.store.update(record.scope.exact(), record.id, ttl=ttl)
+                except RecordNotFoundError:
+                    continue  # expired or deleted since the read: not shown
+                hit = hit.model_copy(update={"record": record})
+            refreshed.append(hit)
+        return refreshed
+
     def _latest_user_message(self, window: Sequence[ContextRecord] = ()) -> str | None:
         for item in reversed(window):
             if item.record.message.role == "user" and item.record.message.content.strip():
@@ -431,7 +612,7 @@ class VectorMemory(AgentMemory):
             return []
         hits = self.recall_block.retrieve(query, filter=RECALL_FILTER, limit=self.policy.limit + len(exclude))
         kept = [h for h in hits if h.record.key not in exclude and not h.record.message.tool_calls]
-        return kept[: self.policy.limit]
+        return self._refreshed(kept[: self.policy.limit])
 
     def _note_if_empty(self, hits: list[ContextRecord]) -> list[ContextRecord]:
         if hits or not self.policy.inject_when_empty:

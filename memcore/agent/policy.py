@@ -7,6 +7,7 @@ sessions of the same agent and user, and nothing injected when recall is empty.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import ClassVar, Literal
 
 import pydantic
@@ -46,6 +47,13 @@ class MemoryPolicy(MemcoreModel):
         and the LoCoMo figures in the README), or ``"auto"`` (default): the store's
         ``capabilities.default_recall`` (hybrid in the built-in stores, dense in the others).
     :param hybrid: the settings of hybrid recall.
+    :param ttl: how long the records the memory writes (turns and notes) live; ``None``
+        (default) keeps them until deleted. Needs a store with ``capabilities.expiry``.
+    :param refresh_on_read: a recalled record that expires lives ``ttl`` longer from the
+        recall (LangGraph's ``refresh_on_read``); ``False`` by default.
+    :param consolidation_threshold: :meth:`~memcore.agent.memories.AgentMemory.remember`
+        refreshes an existing note of the same speaker at least this similar (cosine) instead
+        of adding a second one (default 0.95).
     """
 
     invalid_error: ClassVar[type[InvalidInputError]] = InvalidInputError
@@ -57,6 +65,16 @@ class MemoryPolicy(MemcoreModel):
     reach: RecallReach = "agent"
     recall_mode: RecallMode = "auto"
     hybrid: HybridRecall = pydantic.Field(default_factory=HybridRecall)
+    ttl: timedelta | None = None
+    refresh_on_read: bool = False
+    consolidation_threshold: float = pydantic.Field(default=0.95, ge=-1.0, le=1.0)
+
+    @pydantic.field_validator("ttl")
+    @classmethod
+    def _positive_ttl(cls, ttl: timedelta | None) -> timedelta | None:
+        if ttl is not None and ttl <= timedelta(0):
+            raise ValueError(f"ttl must be positive, got {ttl}")
+        return ttl
 
     def recall_scope(self, scope: Scope) -> Scope:
         """The scope recall reads, derived from a memory's own ``scope``.

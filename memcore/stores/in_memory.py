@@ -27,7 +27,7 @@ class InMemoryStore(BaseStore):
     name: ClassVar[str] = "memory"
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
     capabilities: ClassVar[Capabilities] = Capabilities(
-        durable=False, keyword_index=True, default_recall="hybrid"
+        durable=False, keyword_index=True, default_recall="hybrid", expiry=True
     )
 
     def __init__(self, dimension: int | None = None) -> None:
@@ -54,28 +54,28 @@ class InMemoryStore(BaseStore):
 
     def _get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
         with self._lock:
-            return self._index.get(scope, ids)
+            return self._index.get(scope, ids, self._live_micros())
 
     def _vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
         with self._lock:
-            return self._index.vectors(scope, ids)
+            return self._index.vectors(scope, ids, self._live_micros())
 
     def _list(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
         with self._lock:
-            return self._index.ordered(scope, query)
+            return self._index.ordered(scope, query, self._live_micros())
 
     def _search(self, scope: Scope, query: SearchQuery) -> list[ScoredRecord]:
         with self._lock:
-            return self._index.search(scope, query)
+            return self._index.search(scope, query, self._live_micros())
 
     def _keyword_search(self, scope: Scope, query: KeywordQuery) -> list[ScoredRecord]:
         with self._lock:
-            hits = self._index.keyword_search(scope, query)
+            hits = self._index.keyword_search(scope, query, self._live_micros())
         return hits if hits is not None else super()._keyword_search(scope, query)
 
     def _count(self, scope: Scope, node: Filter | None) -> int:
         with self._lock:
-            return self._index.count(scope, node)
+            return self._index.count(scope, node, self._live_micros())
 
     def _delete(self, scope: Scope, ids: list[UUID]) -> int:
         with self._lock:
@@ -88,6 +88,17 @@ class InMemoryStore(BaseStore):
             matching = self._index.matching_keys(scope, node)
             self._index.remove(matching)
             return len(matching)
+
+    def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        with self._lock:  # the check and the write as one step: a delete lands before or after both
+            if not self._index.get(old.scope.exact(), [old.id], self._live_micros()):
+                return False
+            self._add([new], vector)
+            return True
+
+    def _scopes(self, prefix: Scope) -> list[tuple[Scope, int]]:
+        with self._lock:
+            return self._index.scope_counts(prefix, self._live_micros())
 
     def _close(self) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from memcore.filters import COLUMN_FIELDS, And, Comparison, Filter, Not
 from memcore.queries import Order
-from memcore.records import MemoryRecord, epoch_micros
+from memcore.records import NEVER_EXPIRES, MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.stores.keyword_postings import Postings
 from memcore.validation import Matrix
@@ -34,6 +34,7 @@ _SESSION_CODES: dict[str, int] = {}
 _NO_SESSION = -1
 _CODES_LOCK = threading.Lock()
 _MASKED_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists"})
+_NEVER = epoch_micros(NEVER_EXPIRES)
 
 RowKey = tuple[str | None, UUID]
 """A record's key within its owner's partition: its session and its id (a record is its scope plus its id)."""
@@ -69,6 +70,10 @@ class Partition:
     vectors: Matrix = field(init=False)
     has_vector: npt.NDArray[np.bool_] = field(init=False)
     timestamps: npt.NDArray[np.int64] = field(init=False)
+    expiries: npt.NDArray[np.int64] = field(init=False)
+    """Each row's ``expires_at`` in epoch microseconds (:data:`NEVER_EXPIRES` for none)."""
+    expiring: int = 0
+    """How many rows have an ``expires_at``: while none does, reads skip the expiry mask."""
     id_keys: npt.NDArray[np.uint64] = field(init=False)
     codes: dict[str, npt.NDArray[np.int32]] = field(init=False)
     """A code column per keyword field (:data:`_CODED_FIELDS`), by field name."""
@@ -81,6 +86,7 @@ class Partition:
         self.vectors = np.zeros((_INITIAL_CAPACITY, self.dimension), dtype=np.float32)
         self.has_vector = np.zeros(_INITIAL_CAPACITY, dtype=bool)
         self.timestamps = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
+        self.expiries = np.full(_INITIAL_CAPACITY, _NEVER, dtype=np.int64)
         self.id_keys = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
         self.codes = {spec.name: np.zeros(_INITIAL_CAPACITY, dtype=np.int32) for spec in _CODED_FIELDS}
         self.sessions = np.zeros(_INITIAL_CAPACITY, dtype=np.int32)
@@ -98,7 +104,7 @@ class Partition:
         grown = np.zeros((capacity, self.dimension), dtype=np.float32)
         grown[: self.size] = self.vectors[: self.size]
         self.vectors = grown
-        for name in ("has_vector", "timestamps", "id_keys", "sessions"):
+        for name in ("has_vector", "timestamps", "expiries", "id_keys", "sessions"):
             setattr(self, name, np.resize(getattr(self, name), capacity))
         self.codes = {name: np.resize(column, capacity) for name, column in self.codes.items()}
 
@@ -126,8 +132,11 @@ class Partition:
             self.records[row] = record
             if stamp != self.timestamps[row]:
                 self.rows_in_time_order = False
+            self.expiring -= int(self.expiries[row] != _NEVER)
         self._sorted_rows = None
         self.timestamps[row], self.id_keys[row] = stamp, key
+        self.expiries[row] = epoch_micros(record.expires)
+        self.expiring += int(self.expiries[row] != _NEVER)
         for spec in _CODED_FIELDS:
             value = str(spec.read(record, spec.name))
             self.codes[spec.name][row] = _code(_FIELD_CODES[spec.name], value)
@@ -141,6 +150,7 @@ class Partition:
         """Swap-remove a row, keeping the arrays dense; the freed row is zeroed."""
         row = self.positions.pop(key)
         last = self.size - 1
+        self.expiring -= int(self.expiries[row] != _NEVER)
         if self._postings is not None:
             self._postings.discard(row, self.records[row].message.content)
         if row != last:
@@ -153,6 +163,7 @@ class Partition:
                 self.vectors,
                 self.has_vector,
                 self.timestamps,
+                self.expiries,
                 self.id_keys,
                 self.sessions,
                 *self.codes.values(),
@@ -163,6 +174,19 @@ class Partition:
         self.records.pop()
         self.vectors[last] = 0.0
         self.has_vector[last] = False
+        self.expiries[last] = _NEVER
+
+    def live_mask(self, now: int | None) -> npt.NDArray[np.bool_] | None:
+        """The rows not expired at ``now`` (epoch microseconds); ``None`` when that is every row
+        (or ``now`` is ``None``: no expiry condition)."""
+        if now is None or not self.expiring:
+            return None
+        mask: npt.NDArray[np.bool_] = self.expiries[: self.size] > now
+        return mask
+
+    def is_live(self, row: int, now: int | None) -> bool:
+        """Whether ``row`` is not expired at ``now`` (``None``: no expiry condition)."""
+        return now is None or not self.expiring or bool(self.expiries[row] > now)
 
     def postings(self) -> Postings:
         """The keyword index of this partition's records, built on first use and kept up to date."""

@@ -125,15 +125,23 @@ class ScopedIndex:
                 if not keys:
                     del self._by_field[index][value]
 
-    def select(self, scope: Scope) -> Selection:
-        """The partitions visible through ``scope``, each with the mask of its rows in the scope."""
+    def select(self, scope: Scope, now: int | None) -> Selection:
+        """The partitions visible through ``scope``, each with the mask of its rows in the scope
+        and not expired at ``now`` (epoch microseconds; ``None``: expired rows too)."""
         if scope.is_everything:
-            return [(partition, None) for partition in self._partitions.values()]
+            return [
+                (partition, mask)
+                for partition in self._partitions.values()
+                if (mask := partition.live_mask(now)) is None or mask.any()
+            ]
         if scope.is_exact:
             exact = self._partitions.get(_owner_key(scope))
             if exact is None:
                 return []
             rows = exact.exact_session_mask(scope.session_id)
+            live = exact.live_mask(now)
+            if live is not None:
+                rows &= live
             return [(exact, rows)] if rows.any() else []
         candidates: set[OwnerKey] | None = None
         for index, name in enumerate(SCOPE_FIELDS[:3]):
@@ -149,27 +157,44 @@ class ScopedIndex:
         for key in sorted(owners, key=lambda k: tuple(v or "" for v in k)):
             partition = self._partitions[key]
             mask = partition.session_mask(scope)
+            live = partition.live_mask(now)
+            if live is not None:
+                mask = live if mask is None else mask & live
             if mask is None or mask.any():
                 selection.append((partition, mask))
         return selection
 
-    def _rows(self, scope: Scope, ids: list[UUID]) -> Iterator[tuple[Partition, int]]:
-        """The partition and row of every record of ``ids`` visible through ``scope``."""
+    def _rows(self, scope: Scope, ids: list[UUID], now: int | None) -> Iterator[tuple[Partition, int]]:
+        """The partition and row of every record of ``ids`` visible through ``scope`` and live at ``now``."""
         for record_id in ids:
             for record_scope in self._scopes_of.get(record_id, {}).values():
                 if scope.matches(record_scope):
                     partition = self._partitions[_owner_key(record_scope)]
-                    yield partition, partition.positions[(record_scope.session_id, record_id)]
+                    row = partition.positions[(record_scope.session_id, record_id)]
+                    if partition.is_live(row, now):
+                        yield partition, row
 
-    def get(self, scope: Scope, ids: list[UUID]) -> list[MemoryRecord]:
-        return [partition.records[row] for partition, row in self._rows(scope, ids)]
+    def get(self, scope: Scope, ids: list[UUID], now: int | None) -> list[MemoryRecord]:
+        return [partition.records[row] for partition, row in self._rows(scope, ids, now)]
 
-    def vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
+    def vectors(self, scope: Scope, ids: list[UUID], now: int | None) -> list[tuple[UUID, Matrix]]:
         return [
             (partition.records[row].id, partition.vectors[row].copy())
-            for partition, row in self._rows(scope, ids)
+            for partition, row in self._rows(scope, ids, now)
             if partition.has_vector[row]
         ]
+
+    def scope_counts(self, prefix: Scope, now: int | None) -> list[tuple[Scope, int]]:
+        """The exact scope of the records ``prefix`` sees live at ``now``, each with its count:
+        per partition, one count of its session column."""
+        found: list[tuple[Scope, int]] = []
+        for partition, mask in self.select(prefix, now):
+            sessions = partition.sessions[: partition.size]
+            rows = np.arange(partition.size) if mask is None else np.flatnonzero(mask)
+            _, first, counts = np.unique(sessions[rows], return_index=True, return_counts=True)
+            for index, count in zip(first.tolist(), counts.tolist(), strict=True):
+                found.append((partition.records[int(rows[index])].scope, count))
+        return found
 
     @staticmethod
     def _row_masks(
@@ -187,11 +212,11 @@ class ScopedIndex:
                 masks.append(matching if in_scope is None else matching & in_scope)
         return masks, exact
 
-    def ordered(self, scope: Scope, query: ListQuery) -> list[MemoryRecord]:
+    def ordered(self, scope: Scope, query: ListQuery, now: int | None) -> list[MemoryRecord]:
         node, order, limit = query.filter, query.order, query.limit
         after_us = None if query.after is None else epoch_micros(query.after)
         before_us = None if query.before is None else epoch_micros(query.before)
-        selection = self.select(scope)
+        selection = self.select(scope, now)
         masks, exact = self._row_masks(selection, node)
         if len(selection) == 1:
             partition, mask = selection[0][0], masks[0]
@@ -234,15 +259,15 @@ class ScopedIndex:
             positions = positions[::-1]
         return (parts[owners[p]].records[rows[p]] for p in positions)
 
-    def search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
+    def search(self, scope: Scope, request: SearchQuery, now: int | None) -> list[ScoredRecord]:
         query, text, node, limit = request.vector, request.text, request.filter, request.limit
         if query is None:
-            newest = self.ordered(scope, ListQuery(node, "desc"))
+            newest = self.ordered(scope, ListQuery(node, "desc"), now)
             matching = (r for r in newest if text is not None and text_matches(text, r.message.content))
             return [ScoredRecord.of(r, 1.0) for r in itertools.islice(matching, limit)]
         if self.dimension is None:  # bound to an embedder, but no vector written yet
             return []
-        selection = [(p, m) for p, m in self.select(scope) if p.size]
+        selection = [(p, m) for p, m in self.select(scope, now) if p.size]
         if not selection:
             return []
         parts = [partition for partition, _ in selection]
@@ -277,7 +302,7 @@ class ScopedIndex:
                 break
         return hits
 
-    def keyword_search(self, scope: Scope, query: KeywordQuery) -> list[ScoredRecord] | None:
+    def keyword_search(self, scope: Scope, query: KeywordQuery, now: int | None) -> list[ScoredRecord] | None:
         """BM25 over the records of ``scope`` matching the query's filter, from the partitions' postings.
 
         The same scores and order (newest first among equals) as the exact scan of
@@ -285,7 +310,7 @@ class ScopedIndex:
         more than role and kind, which only that scan can evaluate.
         """
         keywords, node, limit = query.keywords, query.filter, query.limit
-        selection = self.select(scope)
+        selection = self.select(scope, now)
         masks, exact = self._row_masks(selection, node)
         if not exact:
             return None
@@ -336,8 +361,8 @@ class ScopedIndex:
         best = zip(owners[order].tolist(), rows[order].tolist(), scores[order].tolist(), strict=True)
         return [ScoredRecord.of(scored[owner][0].records[row], score) for owner, row, score in best]
 
-    def _matching(self, scope: Scope, node: Filter | None) -> Iterator[MemoryRecord]:
-        selection = self.select(scope)
+    def _matching(self, scope: Scope, node: Filter | None, now: int | None) -> Iterator[MemoryRecord]:
+        selection = self.select(scope, now)
         masks, exact = self._row_masks(selection, node)
         for (partition, _), mask in zip(selection, masks, strict=True):
             rows = range(partition.size) if mask is None else np.flatnonzero(mask)
@@ -346,22 +371,22 @@ class ScopedIndex:
                 if exact or evaluate(node, record):
                     yield record
 
-    def count(self, scope: Scope, node: Filter | None) -> int:
-        selection = self.select(scope)
+    def count(self, scope: Scope, node: Filter | None, now: int | None) -> int:
+        selection = self.select(scope, now)
         masks, exact = self._row_masks(selection, node)
         if exact:
             return sum(
                 p.size if m is None else int(m.sum()) for (p, _), m in zip(selection, masks, strict=True)
             )
-        return sum(1 for _ in self._matching(scope, node))
+        return sum(1 for _ in self._matching(scope, node, now))
 
     def matching_keys(self, scope: Scope, node: Filter | None) -> list[RecordKey]:
-        """The scope and id of each record visible through ``scope`` that matches ``node``."""
-        return [(record.scope, record.id) for record in self._matching(scope, node)]
+        """The scope and id of each record visible through ``scope`` that matches ``node``, expired or not."""
+        return [(record.scope, record.id) for record in self._matching(scope, node, None)]
 
     def visible_keys(self, scope: Scope, ids: list[UUID]) -> list[RecordKey]:
-        """The scope and id of each record of ``ids`` visible through ``scope``."""
-        return [(record.scope, record.id) for record in self.get(scope, ids)]
+        """The scope and id of each record of ``ids`` visible through ``scope``, expired or not."""
+        return [(record.scope, record.id) for record in self.get(scope, ids, None)]
 
     def remove(self, keys: list[RecordKey]) -> None:
         """Remove records by scope and id (keys not present are ignored)."""

@@ -19,6 +19,7 @@ from memcore.testing.async_api import AsyncAPITests, AsyncStoreConformance
 from memcore.testing.filter_tests import DifferentialFilterTests, FilterTests
 from memcore.testing.helpers import StoreFactory, StoreFixtures
 from memcore.testing.keyword_tests import KeywordSearchTests
+from memcore.testing.lifecycle_tests import DifferentialLifecycleTests, LifecycleTests, ManualClock
 from memcore.testing.safety_tests import BadInputTests, ClosedStoreTests, ScopeIsolationTests
 from memcore.testing.store_tests import (
     AddTests,
@@ -49,6 +50,8 @@ class StoreConformance(
     PersistenceTests,
     ConcurrencyTests,
     VectorSpaceTests,
+    LifecycleTests,
+    DifferentialLifecycleTests,
     AgentMemoryConformance,
 ):
     """Every conformance test. Subclass it and override the ``store_factory`` fixture."""
@@ -65,10 +68,13 @@ __all__ = [
     "CountTests",
     "DeleteTests",
     "DifferentialFilterTests",
+    "DifferentialLifecycleTests",
     "FilterTests",
     "GetTests",
     "KeywordSearchTests",
+    "LifecycleTests",
     "ListTests",
+    "ManualClock",
     "PersistenceTests",
     "ScopeIsolationTests",
     "SearchTests",

@@ -32,6 +32,7 @@ from memcore.testing.agent_memory_tests import AgentMemoryConformance
 from memcore.testing.filter_tests import FilterTests
 from memcore.testing.helpers import StoreFactory, StoreFixtures, make_record, new_scope, random_vectors
 from memcore.testing.keyword_tests import KeywordSearchTests
+from memcore.testing.lifecycle_tests import LifecycleTests
 from memcore.testing.safety_tests import BadInputTests, ClosedStoreTests, ScopeIsolationTests
 from memcore.testing.store_tests import (
     AddTests,
@@ -58,6 +59,9 @@ _STORE_TWINS = frozenset(
         "delete",
         "delete_where",
         "purge",
+        "sweep",
+        "update",
+        "scopes",
         "vector_space",
         "bind_vector_space",
         "close",
@@ -105,6 +109,12 @@ class AsyncDriven:
 
     def __init__(self, wrapped: Any, twins: frozenset[str]) -> None:
         self.wrapped, self._twins = wrapped, twins
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("wrapped", "_twins"):
+            object.__setattr__(self, name, value)
+        else:  # the store's clock, set by a test
+            setattr(self.wrapped, name, value)
 
     def __getattr__(self, name: str) -> Any:
         if name in self._twins:
@@ -324,6 +334,7 @@ class AsyncStoreConformance(
     PersistenceTests,
     ConcurrencyTests,
     VectorSpaceTests,
+    LifecycleTests,
     AsyncAgentMemoryTests,
     AsyncAPITests,
 ):

@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -35,7 +36,7 @@ from memcore.filters import evaluate, parse_filter
 from memcore.plugins import open_store
 from memcore.records import MemoryRecord, Message
 from memcore.scope import SCOPE_FIELDS, Scope
-from memcore.store import Store
+from memcore.store import Store, system_clock
 from memcore.testing.helpers import DIM, make_record, random_vectors, snapshot
 from memcore.testing.strategies import filters, record_fields
 from memcore.validation import Matrix, normalize_rows
@@ -328,40 +329,63 @@ def bad_input(url: str, examples: int) -> Figures:
 
 
 def erasure(url: str, records: int, deletions: int, seed: int = 0) -> Figures:
-    """Delete random records by UUID; none may be readable before or after reopening, or on disk
-    after ``purge()`` (neither its content nor its vector's bytes, raw or base64). A store that is
+    """Delete random records by UUID, let as many others expire (on a store with expiry), and
+    replace the content of as many more by ``update``; no deleted or expired record may be
+    readable before or after reopening, and after ``purge()`` no file may hold anything of them
+    (content, id, or its vector's bytes, raw or base64) nor any replaced content. A store that is
     not durable is not reopened."""
     rng = np.random.default_rng(seed)
     scope = Scope(tenant="erasure", user_id="u")
     written = [make_record(scope, f"secret-{uuid4().hex}", metadata={"n": i}) for i in range(records)]
     vectors = random_vectors(records, seed=seed)
-    victims = [written[int(i)] for i in rng.choice(records, size=deletions, replace=False)]
+    chosen = [written[int(i)] for i in rng.choice(records, size=3 * deletions, replace=False)]
+    victims, expiring, updated = (
+        chosen[:deletions],
+        chosen[deletions : 2 * deletions],
+        chosen[2 * deletions :],
+    )
     figures = zeros(
         "found_after_delete",
         "found_after_reopen",
         "survivors_lost",
         "delete_returned_other_than_1",
         "bytes_on_disk_after_purge",
+        "replaced_content_on_disk_after_purge",
     )
     figures["deleted"] = len(victims)
     with fresh_location(url) as location:
         store = open_store(location)
         try:
-            store.add(written, vectors)
+            gone, kept = list(victims), set[UUID]()
+            if store.capabilities.expiry:
+                # Written a day in the past with a minute to live: expired for every store
+                # object, this one and the reopened one, whose clock is the wall clock.
+                past = datetime.now(UTC) - timedelta(days=1)
+                store.clock = lambda: past
+                kept = {r.id for r in expiring}
+                rows = [i for i, r in enumerate(written) if r.id in kept]
+                store.add([written[i] for i in rows], vectors[rows], ttl=60)
+                store.clock = system_clock
+                gone += expiring
+            rows = [i for i, r in enumerate(written) if r.id not in kept]
+            store.add([written[i] for i in rows], vectors[rows])
+            for record in updated:
+                store.update(scope, record.id, content=f"replaced-{uuid4().hex}")
             for victim in victims:
                 figures["delete_returned_other_than_1"] += int(store.delete(scope, [victim.id]) != 1)
-            figures["found_after_delete"] += _readable(store, scope, victims, vectors, written)
+            figures["found_after_delete"] += _readable(store, scope, gone, vectors, written)
             if store.capabilities.durable:
                 store.close()
                 store = open_store(location)
-                figures["found_after_reopen"] += _readable(store, scope, victims, vectors, written)
-                store.purge()
-            figures["survivors_lost"] += records - deletions - store.count(scope)
+                figures["found_after_reopen"] += _readable(store, scope, gone, vectors, written)
+            store.purge()
+            figures["survivors_lost"] += records - len(gone) - store.count(scope)
         finally:
             store.close()
         path = _folder(location)
         if path is not None:
-            figures["bytes_on_disk_after_purge"] += _on_disk(path, victims, vectors, written)
+            figures["bytes_on_disk_after_purge"] += _on_disk(path, gone, vectors, written)
+            figures["replaced_content_on_disk_after_purge"] += _on_disk(path, updated, None, written)
     return dict(figures)
 
 
@@ -388,10 +412,14 @@ def _folder(location: str) -> Path | None:
 
 
 def _on_disk(folder: Path, victims: list[MemoryRecord], vectors: Any, written: list[MemoryRecord]) -> int:
-    """How many needles (content, id, vector bytes) of deleted records any file still holds."""
+    """How many needles (content, id, vector bytes) of deleted records any file still holds; with
+    ``vectors`` ``None``, how many of the records' (replaced) contents."""
     rows = {r.id: i for i, r in enumerate(written)}
     needles: list[bytes] = []
     for victim in victims:
+        if vectors is None:  # the record lives on: only its old content must be gone
+            needles.append(victim.message.content.encode())
+            continue
         needles += [victim.message.content.encode(), str(victim.id).encode()]
         vector = np.asarray(vectors[rows[victim.id]], dtype="<f4")
         for form in (vector.tobytes(), normalize_rows(vector[None, :])[0].astype("<f4").tobytes()):
