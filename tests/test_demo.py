@@ -22,6 +22,13 @@ def test_demo_shows_recall_isolation_forget_and_budget() -> None:
     for path in ("get by id", "list", "text search", "recall", "get_context"):
         assert f"{path.ljust(12)} -> []" in out, path
     assert "records mentioning peanuts: []" in out
+    lifecycle = out.split("Notes consolidate; memories expire", 1)[1]
+    assert "remembered twice: same note True, notes stored: 1" in lifecycle
+    assert "recall for 'which gate': ['Boarding at gate B12" in lifecycle
+    assert "three hours later" in lifecycle
+    expired = lifecycle.split("three hours later", 1)[1]
+    assert "recall for 'which gate': []" in expired and "get by id: []" in expired
+    assert "swept: 1 expired record deleted" in expired
     for line in out.splitlines():
         if line.strip().startswith("budget"):
             budget, tokens = line.split(":")[0].split()[1], line.split(":")[1].split()[0]

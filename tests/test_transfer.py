@@ -364,3 +364,35 @@ def test_export_and_migrate_page_past_records_at_the_ends_of_time(batch: int) ->
         assert sorted(r.id for r, _ in entries(source, ALICE, batch=batch)) == sorted(r.id for r in written)
         assert export(source, ALICE, io.StringIO()) == 5
         assert migrate(source, destination, ALICE).records == 5
+
+
+def test_expiry_and_updates_move_with_their_records_and_older_exports_still_import() -> None:
+    from memcore.testing import ManualClock
+
+    with open_store("memory://") as source, open_store("memory://") as destination:
+        clock = ManualClock()
+        source.clock = destination.clock = clock
+        lasting, fleeting, gone = (make_record(ALICE, text) for text in ("lasting", "fleeting", "gone"))
+        source.add([lasting])
+        source.add([fleeting], ttl=3600)
+        source.add([gone], ttl=10)
+        source.update(ALICE, lasting.id, content="lasting, edited")
+        clock.advance(11)
+        out = io.StringIO()
+        assert export(source, Scope.everything(), out) == 2  # the expired record is not exported
+        outcome = migrate(source, destination, Scope.everything())
+        assert outcome.records == 2
+        assert _snapshot(source, ALICE) == _snapshot(destination, ALICE)
+        [edited] = destination.get(ALICE, [lasting.id])
+        assert edited.updated_at == clock.now - timedelta(seconds=11) and edited.expires_at is None
+        assert destination.get(ALICE, [fleeting.id])[0].expires_at == clock.now + timedelta(seconds=3589)
+        clock.advance(3600)
+        assert [r.id for r in destination.list(ALICE)] == [lasting.id]
+    old_line = {"record": json.loads(make_record(ALICE, "from 2025").model_dump_json()), "vector": None}
+    for key in ("expires_at", "updated_at"):
+        del old_line["record"][key]
+    header = {"format": "memcore-export/1", "scope": None, "vector_space": None}
+    space, found = read_export([json.dumps(header), json.dumps(old_line)])
+    with open_store("memory://") as fresh:
+        assert import_entries(fresh, space, found).records == 1
+        assert fresh.list(ALICE)[0].expires_at is None

@@ -1,7 +1,9 @@
 """``memcore demo``: two agents, three sessions, two process restarts, on the embedded default.
 
 Phase 1 writes the conversations; phases 2 and 3 run in fresh processes (a real
-restart), so everything they show was read back from disk.
+restart), so everything they show was read back from disk. Phase 3 ends with the lifecycle: a
+note that consolidates instead of piling up, and a memory that expires (the store's clock is
+moved forward, as the tests do, rather than waiting hours).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -140,8 +143,30 @@ def _phase_after_forget(url: str, embedder_name: str) -> None:
             i.record.message.content for i in travel.retrieve("meal preferences") if i.source == "recall"
         ]
         print(f"  recall for 'meal preferences': {recalled}")
+        _show_lifecycle(store, travel)
         store.purge()
-        print("  purged: deleted records are gone from the files on disk too")
+        print("  purged: deleted and expired records are gone from the files on disk too")
+
+
+def _show_lifecycle(store: memcore.Store, travel: LongtermMemory) -> None:
+    _heading("Notes consolidate; memories expire")
+    first = travel.remember("Alice's passport expires in May 2027.")
+    again = travel.remember("Alice's passport expires in May 2027")
+    notes = store.count(travel.recall_scope, filter={"kind": "note"})
+    print(f"  remembered twice: same note {again.id == first.id}, notes stored: {notes}")
+    gate = travel.remember("Boarding at gate B12, 14:05 today.", ttl=timedelta(hours=2))
+    print(f"  a note for two hours: {gate.message.content!r}, expires {gate.expires_at:%H:%M} UTC")
+    print(f"  recall for 'which gate': {_recalled(travel, 'which gate do I board at', 'gate')}")
+    later = store.now() + timedelta(hours=3)
+    store.clock = lambda: later
+    print("  three hours later (the store's clock moved forward):")
+    print(f"    recall for 'which gate': {_recalled(travel, 'which gate do I board at', 'gate')}")
+    print(f"    get by id: {store.get(travel.recall_scope, [gate.id])}")
+    print(f"    swept: {store.sweep()} expired record deleted")
+
+
+def _recalled(memory: LongtermMemory, query: str, word: str) -> list[str]:
+    return [i.record.message.content for i in memory.retrieve(query) if word in i.record.message.content]
 
 
 def _restart(url: str, embedder_name: str, phase: str) -> None:
