@@ -72,6 +72,20 @@ def test_the_concurrency_workload_runs_async_beside_threads(tmp_path: Path) -> N
     assert "| memory:// | memory | 4 | async |" in table and "| memory:// | store | 4 | threads |" in table
 
 
+def test_the_expiry_workload_compares_the_same_searches_without_and_with_ttls(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    arguments = ["bench", "--expiry", "--quick", "--stores", "memory://,jsonl://{tmp}"]
+    assert main([*arguments, "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["expiry"]
+    assert [(row["store"], row["size"]) for row in rows] == [
+        (store, size) for size in (1_000, 5_000) for store in ("memory://", "jsonl://{tmp}")
+    ]
+    for row in rows:
+        assert set(row["ratio_p50"]) == {"all", "scope-1%", "scope-10%", "scope-50%"}
+        assert all(ratio > 0 for ratio in row["ratio_p50"].values())
+    assert "| memory:// | 5,000 | scope-10% |" in (out / "results.md").read_text()
+
+
 @pytest.mark.parametrize("counts", ["0", "a,b", ""])
 def test_the_concurrency_workload_refuses_bad_agent_counts(
     tmp_path: Path, counts: str, capsys: pytest.CaptureFixture[str]

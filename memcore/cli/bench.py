@@ -16,6 +16,7 @@ from memcore.agent.recall import RecallMode
 from memcore.bench.agent_loop import run_agent_loop
 from memcore.bench.concurrency import WORKLOADS, concurrency_table, run_concurrency
 from memcore.bench.dataset import Dataset, npy_dataset, random_dataset
+from memcore.bench.expiry import expiry_cost, expiry_table
 from memcore.bench.locomo import run_locomo
 from memcore.bench.overhead import adapter_overhead
 from memcore.bench.progress import ProgressBars
@@ -84,6 +85,12 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="run only the concurrency workload: N agents on one event loop through the async API, "
         "beside the sync API on a thread pool of N (default agent counts: 1,8,64)",
     )
+    parser.add_argument(
+        "--expiry",
+        action="store_true",
+        help="run only the expiry workload: the same scoped searches on records without and with a TTL "
+        "(one in ten expired), and the ratio of their p50 latencies (target: at most 1.1)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes and few queries: a smoke run")
     parser.set_defaults(run=run)
 
@@ -139,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     with ProgressBars() as bars:
         if args.concurrency is not None:
             results["concurrency"] = _run_concurrency(args, bars)
+        elif args.expiry:
+            results["expiry"] = _run_expiry(args, bars)
         elif args.data.endswith(".json"):
             results["locomo"] = run_locomo(
                 Path(args.data), open_embedder(args.embedder), bars.labelled("LoCoMo")
@@ -148,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
     write_json(results, out)
     if "concurrency" in results:
         table = concurrency_table(results["concurrency"])
+        outputs = "results.json, results.md"
+    elif "expiry" in results:
+        table = expiry_table(results["expiry"])
         outputs = "results.json, results.md"
     elif "locomo" in results:
         table = locomo_table(results["locomo"])
@@ -190,6 +202,17 @@ def _run_workloads(args: argparse.Namespace, results: dict[str, Any], bars: Prog
             run_agent_loop(url, embedder, turns, questions, bars.labelled(url), recall_mode=args.recall)
             for url in stores
         ]
+
+
+def _run_expiry(args: argparse.Namespace, bars: ProgressBars) -> list[dict[str, Any]]:
+    sizes = [1_000, 5_000] if args.quick else [int(size) for size in args.sizes.split(",")]
+    queries = 30 if args.quick else args.queries
+    stores = args.stores.split(",") if args.stores else default_stores()
+    return [
+        expiry_cost(url, _dataset(args, size, queries), queries, bars.labelled(f"{url} {size}"))
+        for size in sizes
+        for url in stores
+    ]
 
 
 def _run_concurrency(args: argparse.Namespace, bars: ProgressBars) -> list[dict[str, Any]]:
