@@ -7,14 +7,17 @@ Rows are appended as records arrive; as long as they arrive in time order (the
 normal case, since timestamps come from a monotonic clock) the row order *is*
 the time order, so "the last 20 records" is a slice, not a sort. Every keyword
 field of the filter table (:data:`memcore.filters.COLUMN_FIELDS`: ``role``,
-``kind``) has a code column, so filters on them alone are answered with numpy
-masks.
+``kind``) has a code column, and ``created_at`` and ``expires_at`` a microsecond column, so
+filters on them alone are answered with numpy masks.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import numpy as np
@@ -35,6 +38,15 @@ _NO_SESSION = -1
 _CODES_LOCK = threading.Lock()
 _MASKED_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists"})
 _NEVER = epoch_micros(NEVER_EXPIRES)
+_TIME_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "$eq": np.equal,
+    "$ne": np.not_equal,
+    "$gt": np.greater,
+    "$gte": np.greater_equal,
+    "$lt": np.less,
+    "$lte": np.less_equal,
+}
+"""The operators a time field's microsecond column answers with one vectorised comparison."""
 
 RowKey = tuple[str | None, UUID]
 """A record's key within its owner's partition: its session and its id (a record is its scope plus its id)."""
@@ -244,7 +256,18 @@ class Partition:
         combine = np.logical_and if isinstance(node, And) else np.logical_or
         return combine.reduce([m for m in masks if m is not None])  # type: ignore[no-any-return]
 
+    def _time_column(self, field: str) -> npt.NDArray[np.int64] | None:
+        """The microsecond column of a time field (``created_at``, ``expires_at``), if it has one."""
+        column = {"created_at": self.timestamps, "expires_at": self.expiries}.get(field)
+        return None if column is None else column[: self.size]
+
     def _comparison_mask(self, node: Comparison) -> npt.NDArray[np.bool_] | None:
+        micros = self._time_column(node.field)
+        if micros is not None:
+            compare = _TIME_COMPARISONS.get(node.op)
+            if compare is None or not isinstance(node.value, datetime):
+                return None
+            return compare(micros, epoch_micros(node.value))  # type: ignore[no-any-return]
         codes = self.codes.get(node.field)
         if codes is None or node.op not in _MASKED_OPERATORS:
             return None
