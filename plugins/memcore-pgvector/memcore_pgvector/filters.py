@@ -4,8 +4,9 @@ No value and no key is ever part of the SQL text: every one is a parameter
 (``%s``), and the SQL is assembled from fixed fragments only. The semantics are
 those of :func:`memcore.filters.evaluate`, exactly:
 
-* the fields every record has (``role``, ``kind``; ``created_at`` in integer
-  microseconds) are columns named after them (:func:`memcore.filters.column_values`);
+* the fields every record has (``role``, ``kind``; ``created_at`` and ``expires_at`` in
+  integer microseconds, ``expires_at`` :data:`memcore.records.NEVER_EXPIRES` for a record that
+  never expires) are columns named after them (:func:`memcore.filters.column_values`);
 * metadata lives in one ``jsonb`` column. Equality compares JSON values, which
   keeps types apart (``"1"``, ``1`` and ``true`` differ) while ints and floats
   compare as numbers; on a list, equality matches any element; ranges compare

@@ -9,14 +9,18 @@ schema version, embedder binding)::
     tenant, user_id, agent_id, session_id  text  the scope (tenant first in the index)
     role, kind  text
     created_at  bigint                   microseconds since the epoch (exact, sortable)
+    expires_at  bigint                   when the record expires, in microseconds; NEVER_MICROS if never
     content_folded  text                 the content case-folded, NUL as U+FFFF, for text search
     metadata    jsonb                    the record's metadata, for filters
     record      text                     the record's exact JSON, from which reads rebuild it
     embedding   vector                   its unit vector, or NULL; typed vector(n) once n is known
 
 The scope columns get one B-tree index (tenant, user_id, agent_id, session_id,
-created_at), which also serves ordered reads; the embedding an HNSW index with
-cosine distance, created when the first vector fixes the dimension. Every
+created_at), which also serves ordered reads (every read adds ``expires_at > now``
+as a filter on the rows it reaches); ``expires_at`` a partial B-tree index of the
+rows that expire (``expires_at < NEVER_MICROS``), which serves ``sweep()``; the
+embedding an HNSW index with cosine distance, created when the first vector fixes
+the dimension. Every
 statement names tables through :class:`psycopg.sql.Identifier`, never by
 formatting text. The schema's version is kept in the meta table;
 :meth:`Tables.migrate` creates the tables or brings older ones up to date when a
@@ -27,7 +31,9 @@ Versions: 1 the tables; 2 no planner statistics on the columns holding what user
 (``content_folded``, ``metadata``, ``record``, ``embedding``: ``ANALYZE`` would copy sampled values
 into ``pg_statistic``), and NUL kept in the folded content as :data:`NUL_MARK` (it was dropped, so
 that ``"cd"`` matched ``"abc\\x00def"``); 3 the primary key is ``key``, the record's scope and id,
-not ``id`` alone, so that the same id in two scopes is two records (existing rows get their key).
+not ``id`` alone, so that the same id in two scopes is two records (existing rows get their key);
+4 the ``expires_at`` column (existing rows get :data:`NEVER_MICROS`: they never expire) and its
+partial index.
 """
 
 from __future__ import annotations
@@ -42,15 +48,20 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from memcore.errors import InvalidInputError, StoreCorruptedError, StoreError
+from memcore.records import NEVER_EXPIRES, epoch_micros
 from memcore.scope import Scope, storage_id
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 DEFAULT_TABLE: Final = "memcore_records"
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 
 NUL_MARK: Final = "\uffff"
 """What a NUL of the content becomes in its folded copy (PostgreSQL text cannot hold NUL): a
 noncharacter, so that a text without NUL or it matches the copy exactly where it matches the content."""
+
+NEVER_MICROS: Final = epoch_micros(NEVER_EXPIRES)
+"""The ``expires_at`` of a record that never expires (2**53 - 1): the column's default, so that
+rows written before version 4, or by statements that leave the column out, never expire."""
 
 _UNSAMPLED = ("content_folded", "metadata", "record", "embedding")
 """Columns ``ANALYZE`` never samples: their values would be copied into ``pg_statistic``."""
@@ -79,7 +90,7 @@ def check_table_name(name: str) -> str:
 MIN_PGVECTOR = (0, 8)
 """Iterative index scans (scoped searches that still return ``limit`` hits) came in pgvector 0.8."""
 
-RESERVED_SUFFIXES = ("_meta", "_scope", "_embedding", "_record_id")
+RESERVED_SUFFIXES = ("_meta", "_scope", "_embedding", "_record_id", "_expiry")
 """Names of a table's own objects: not names of records tables."""
 
 
@@ -103,6 +114,7 @@ class Tables:
         self.scope_index = sql.Identifier(f"{name}_scope")
         self.vector_index = sql.Identifier(f"{name}_embedding")
         self.id_index = sql.Identifier(f"{name}_record_id")
+        self.expiry_index = sql.Identifier(f"{name}_expiry")
 
     def migrations(self) -> list[tuple[int, list[Step]]]:
         """Each schema version and the statements that bring the previous one to it, in order."""
@@ -136,7 +148,16 @@ class Tables:
             sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (key)").format(self.records),
             sql.SQL("CREATE INDEX {} ON {} (id)").format(self.id_index, self.records),
         ]
-        return [(1, version_1), (2, version_2), (3, version_3)]
+        # Adding a column with a constant default rewrites no row (PostgreSQL 11+).
+        version_4: list[Step] = [
+            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS expires_at bigint NOT NULL DEFAULT {}").format(
+                self.records, sql.Literal(NEVER_MICROS)
+            ),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (expires_at) WHERE expires_at < {}").format(
+                self.expiry_index, self.records, sql.Literal(NEVER_MICROS)
+            ),
+        ]
+        return [(1, version_1), (2, version_2), (3, version_3), (4, version_4)]
 
     def _fill_keys(self, connection: psycopg.Connection[Any]) -> None:
         """Give every row its :func:`~memcore.scope.storage_id` (rows of version 2 had the id as key)."""

@@ -2,7 +2,12 @@
 
 Every read and delete puts the scope in its ``WHERE`` clause, on the indexed
 scope columns (:func:`~memcore_pgvector.filters.scope_condition`); a delete by
-id is ``id = ANY(ids) AND scope``. Filters compile to SQL with bound parameters
+id is ``id = ANY(ids) AND scope``. Every read also has the live condition there,
+``expires_at > now`` with the store's clock's now as a bound parameter
+(:meth:`PgvectorStore._visible`), so an expired record is never returned; deletes
+reach expired records too. An update is one conditional ``UPDATE ... WHERE key AND
+expires_at > now``, so a concurrent delete is never undone, and ``scopes()`` is one
+``GROUP BY`` of the scope columns. Filters compile to SQL with bound parameters
 (:mod:`memcore_pgvector.filters`). Vector search orders by pgvector's cosine
 distance over an HNSW index, with ``hnsw.iterative_scan`` so that a scoped or
 filtered query still returns ``limit`` hits when the scope is a small part of
@@ -63,11 +68,14 @@ _RECORD_COLUMNS = [
 ]
 """The columns an upsert rewrites: the filter table's record fields, then the stored forms."""
 _INSERTED = ["key", "id", *SCOPE_FIELDS, *_RECORD_COLUMNS]
+_FIRST_RECORD_COLUMN = len(_INSERTED) - len(_RECORD_COLUMNS)
 # Column names come from memcore's fixed tables, never from the caller.
 _UPSERT = (
     f"INSERT INTO {{}} ({', '.join(_INSERTED)}) VALUES ({', '.join(['%s'] * len(_INSERTED))})"
     f" ON CONFLICT (key) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in _RECORD_COLUMNS)}"
 )
+_REPLACE = f"UPDATE {{}} SET {', '.join(f'{c} = %s' for c in _RECORD_COLUMNS)} WHERE "
+_SCOPE_COUNTS = f"SELECT {', '.join(SCOPE_FIELDS)}, count(*) FROM {{}} WHERE {{}} GROUP BY 1, 2, 3, 4"
 _DIMENSION = "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding'"
 _NEWEST_FIRST = " ORDER BY created_at DESC, id DESC, key DESC LIMIT %s"
 
@@ -104,7 +112,7 @@ class PgvectorStore(BaseStore):
 
     name: ClassVar[str] = "pgvector"
     schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True, expiry=True)
 
     def __init__(self, conninfo: str, table: str = DEFAULT_TABLE) -> None:
         super().__init__()
@@ -222,11 +230,19 @@ class PgvectorStore(BaseStore):
     def _expresses(self, comparison: Comparison) -> bool:
         return expresses(comparison)
 
+    def _visible(self, scope: Scope, node: Filter | None = None) -> Condition:
+        """What every read's ``WHERE`` starts with: the scope, ``node``, and the live condition
+        (``expires_at > now``, the store's :attr:`clock` read now and bound as a parameter)."""
+        return _where(scope_condition(scope), compile_filter(self._live(node)))
+
+    def _visible_ids(self, scope: Scope, ids: builtins.list[UUID]) -> Condition:
+        return _where(self._visible(scope), ("id = ANY(%s)", [ids]))
+
     def _get(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
-        return self._run("get records", self._select(_by_ids(scope, ids)))
+        return self._run("get records", self._select(self._visible_ids(scope, ids)))
 
     async def _aget(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[MemoryRecord]:
-        return await self._arun_session("get records", self._select(_by_ids(scope, ids)))
+        return await self._arun_session("get records", self._select(self._visible_ids(scope, ids)))
 
     def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
         return self._run("read vectors", self._vectors_session(scope, ids))
@@ -237,7 +253,7 @@ class PgvectorStore(BaseStore):
     def _vectors_session(
         self, scope: Scope, ids: builtins.list[UUID]
     ) -> Session[builtins.list[tuple[UUID, Matrix]]]:
-        text, values = _where(_by_ids(scope, ids), ("embedding IS NOT NULL", []))
+        text, values = _where(self._visible_ids(scope, ids), ("embedding IS NOT NULL", []))
         rows = yield Statement(
             sql.SQL("SELECT id, embedding FROM {} WHERE " + text).format(self._tables.records), values
         )
@@ -250,7 +266,7 @@ class PgvectorStore(BaseStore):
         return await self._arun_session("list records", self._list_session(scope, query))
 
     def _list_session(self, scope: Scope, query: ListQuery) -> Session[builtins.list[MemoryRecord]]:
-        conditions = [scope_condition(scope), compile_filter(query.filter)]
+        conditions = [self._visible(scope, query.filter)]
         if query.before is not None:
             conditions.append(("created_at < %s", [epoch_micros(query.before)]))
         if query.after is not None:
@@ -269,7 +285,7 @@ class PgvectorStore(BaseStore):
 
     def _search_session(self, scope: Scope, request: SearchQuery) -> Session[builtins.list[ScoredRecord]]:
         query, text, limit = request.vector, request.text, request.limit
-        conditions = [scope_condition(scope), compile_filter(request.filter)]
+        conditions = [self._visible(scope, request.filter)]
         if text is not None:
             conditions.append((yield from self._text_condition(text, conditions)))
         if query is None:
@@ -313,7 +329,7 @@ class PgvectorStore(BaseStore):
         return await self._arun_session("count records", self._count_session(scope, node))
 
     def _count_session(self, scope: Scope, node: Filter | None) -> Session[int]:
-        text, values = _where(scope_condition(scope), compile_filter(node))
+        text, values = self._visible(scope, node)
         rows = yield Statement(
             sql.SQL("SELECT count(*) FROM {} WHERE " + text).format(self._tables.records), values
         )
@@ -340,7 +356,47 @@ class PgvectorStore(BaseStore):
         deleted: int = yield Statement(statement, values, result="rowcount")
         return deleted
 
-    def purge(self) -> None:
+    def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        written = self._run("update a record", self._replace_session(old, new, vector), transaction=True)
+        if vector is not None:
+            self._dimension = vector.shape[1]
+        return written
+
+    async def _areplace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        session = self._replace_session(old, new, vector)
+        written = await self._arun_session("update a record", session, transaction=True)
+        if vector is not None:
+            self._dimension = vector.shape[1]
+        return written
+
+    def _replace_session(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> Session[bool]:
+        """One ``UPDATE`` of the record's row (by key: its scope and id) that sets every column of
+        ``new`` only where the row is still live: a delete committed first leaves it nothing to
+        change, and one that waits for its row lock deletes the updated row. No row is ever
+        inserted, so an update cannot bring a deleted record back."""
+        [row] = _rows([new], vector)
+        if vector is not None and self._dimension != vector.shape[1]:
+            yield from self._fix_dimension(vector.shape[1])
+        text, values = _where(("key = %s", [storage_id(old.scope, old.id)]), compile_filter(self._live(None)))
+        statement = sql.SQL(_REPLACE + text).format(self._tables.records)
+        changed = yield Statement(statement, [*row[_FIRST_RECORD_COLUMN:], *values], result="rowcount")
+        return bool(changed == 1)
+
+    def _scopes(self, prefix: Scope) -> builtins.list[tuple[Scope, int]]:
+        return self._run("list scopes", self._scopes_session(prefix))
+
+    async def _ascopes(self, prefix: Scope) -> builtins.list[tuple[Scope, int]]:
+        return await self._arun_session("list scopes", self._scopes_session(prefix))
+
+    def _scopes_session(self, prefix: Scope) -> Session[builtins.list[tuple[Scope, int]]]:
+        """One ``GROUP BY`` of the scope columns over the live rows ``prefix`` sees (through the
+        scope index): each exact scope as stored, and its count."""
+        text, values = self._visible(prefix)
+        statement = sql.SQL(_SCOPE_COUNTS).format(self._tables.records, sql.SQL(text))
+        rows = yield Statement(statement, values)
+        return [(_stored_scope(row[:4]), int(row[4])) for row in rows]
+
+    def _purge(self) -> None:
         """Rewrite the tables without their deleted rows, and the planner statistics without their values.
 
         ``VACUUM FULL`` rewrites both tables (and rebuilds the indexes). The table's statistics
@@ -352,8 +408,8 @@ class PgvectorStore(BaseStore):
         stay in the catalog's file until autovacuum and later writes reuse their space, and purge
         logs a warning. It locks the table (and, briefly, the statistics) for the time it takes.
         PostgreSQL's write-ahead log and backups keep what they kept; their retention is the server's.
+        Expired records were deleted just before (:meth:`~memcore.store.BaseStore.sweep`).
         """
-        super().purge()
         refused: builtins.list[str] = []
 
         def notice(diagnostic: psycopg.errors.Diagnostic) -> None:
@@ -430,7 +486,16 @@ class PgvectorStore(BaseStore):
 
 
 def _by_ids(scope: Scope, ids: builtins.list[UUID]) -> Condition:
+    """The rows of ``ids`` in ``scope``, live or not (deletes reach expired records too)."""
     return _where(scope_condition(scope), ("id = ANY(%s)", [ids]))
+
+
+def _stored_scope(fields: Sequence[str | None]) -> Scope:
+    """A row's scope columns as the scope its records hold (stored values: not validated again)."""
+    values: dict[str, Any] = {
+        name: value for name, value in zip(SCOPE_FIELDS, fields, strict=True) if value is not None
+    }
+    return Scope.model_construct(**values)
 
 
 def _rows(records: builtins.list[MemoryRecord], vectors: Matrix | None) -> builtins.list[tuple[Any, ...]]:

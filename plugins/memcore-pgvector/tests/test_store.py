@@ -17,6 +17,7 @@ import pytest
 from conftest import Postgres, running_postgres, with_table
 from memcore_pgvector import PgvectorStore
 from memcore_pgvector.filters import compile_filter
+from memcore_pgvector.schema import NEVER_MICROS, SCHEMA_VERSION
 
 from memcore.errors import (
     DimensionMismatchError,
@@ -24,6 +25,7 @@ from memcore.errors import (
     InvalidInputError,
     InvalidRecordError,
     MemcoreError,
+    RecordNotFoundError,
     ScopeError,
     StoreCorruptedError,
     StoreError,
@@ -34,6 +36,7 @@ from memcore.model_base import STORED
 from memcore.records import MemoryRecord, Message
 from memcore.scope import DEFAULT_TENANT, Scope
 from memcore.store import VectorSpace, text_matches
+from memcore.testing import ManualClock
 
 SCOPE = Scope(tenant="acme", user_id="alice")
 
@@ -391,8 +394,15 @@ def test_text_search_agrees_with_the_reference_on_nul(postgres: Postgres, table_
             assert {h.record.id for h in with_vector} == expected, text
 
 
+def _back_to_version_3(admin: psycopg.Connection[tuple[object, ...]], table_name: str) -> None:
+    """Make a table of this version what version 3 wrote: no ``expires_at`` column."""
+    admin.execute(f"ALTER TABLE {table_name} DROP COLUMN expires_at")  # its index goes with it
+    admin.execute(f"UPDATE {table_name}_meta SET value = '3' WHERE key = 'schema_version'")
+
+
 def _back_to_version_2(admin: psycopg.Connection[tuple[object, ...]], table_name: str) -> None:
     """Make a table of this version what version 2 wrote: keyed by ``id``, no ``key`` column."""
+    _back_to_version_3(admin, table_name)
     admin.execute(f"ALTER TABLE {table_name} DROP COLUMN key")  # its primary key goes with it
     admin.execute(f"DROP INDEX {table_name}_record_id")
     admin.execute(f"ALTER TABLE {table_name} ADD PRIMARY KEY (id)")
@@ -424,7 +434,7 @@ def test_a_version_2_table_gets_keys_and_its_records_stay_readable_and_erasable(
         assert store.get(other, [mine[0].id]) == [same_id]
     with psycopg.connect(postgres.uri, autocommit=True) as admin:
         version = admin.execute(f"SELECT value FROM {table_name}_meta WHERE key = 'schema_version'")
-        assert version.fetchone() == (3,)
+        assert version.fetchone() == (SCHEMA_VERSION,)
         primary = admin.execute(
             "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
             " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
@@ -450,7 +460,7 @@ def test_a_version_1_table_is_migrated_nul_content_included(postgres: Postgres, 
         assert len(store.search(SCOPE, text="c\x00d", limit=5)) == 1
     with psycopg.connect(postgres.uri, autocommit=True) as admin:
         version = admin.execute(f"SELECT value FROM {table_name}_meta WHERE key = 'schema_version'")
-        assert version.fetchone() == (3,)
+        assert version.fetchone() == (SCHEMA_VERSION,)
         target = admin.execute(
             "SELECT attstattarget FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'record'",
             [table_name],
@@ -473,3 +483,104 @@ def test_every_record_has_a_tenant_and_a_tenantless_one_is_refused_typed(
         with pytest.raises(ScopeError):
             store.add([old])
         assert store.count(Scope.everything()) == 1
+
+
+def test_a_version_3_table_gets_expires_at_and_its_records_never_expire(
+    postgres: Postgres, table_name: str
+) -> None:
+    """Issue 23: rows written before expiry existed get the column's default, never expiring;
+    the table then takes expiring records, updates and sweeps like a new one."""
+    url = with_table(postgres.uri, table_name)
+    old = _records(3)
+    with PgvectorStore.from_url(url) as store:
+        store.add(old, _vectors(3, 8))
+    with psycopg.connect(postgres.uri, autocommit=True) as admin:
+        _back_to_version_3(admin, table_name)
+    clock = ManualClock()
+    with PgvectorStore.from_url(url) as store:
+        store.clock = clock
+        assert store.get(SCOPE, [r.id for r in old]) == old
+        short = _records(1, text="short")
+        store.add(short, ttl=60)
+        assert store.update(SCOPE, old[0].id, content="changed").message.content == "changed"
+        clock.advance(10**9)  # about 32 years
+        assert {r.id for r in store.list(SCOPE)} == {r.id for r in old}
+        assert [(e.scope, e.count) for e in store.scopes(SCOPE)] == [(SCOPE.exact(), 3)]
+        assert store.sweep() == 1
+    with psycopg.connect(postgres.uri, autocommit=True) as admin:
+        version = admin.execute(f"SELECT value FROM {table_name}_meta WHERE key = 'schema_version'")
+        assert version.fetchone() == (SCHEMA_VERSION,)
+        expiries = admin.execute(f"SELECT DISTINCT expires_at FROM {table_name}")
+        assert expiries.fetchall() == [(NEVER_MICROS,)]
+        index = admin.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = %s", [f"{table_name}_expiry"]
+        )
+        assert "WHERE (expires_at < '9007199254740991'::bigint)" in str(index.fetchone())
+
+
+def _plan(admin: psycopg.Connection[tuple[object, ...]], statement: str, values: list[object]) -> str:
+    return "\n".join(str(row[0]) for row in admin.execute("EXPLAIN " + statement, values).fetchall())
+
+
+def test_live_reads_keep_the_scope_index_and_sweeps_use_the_expiry_index(
+    postgres: Postgres, table_name: str
+) -> None:
+    """The live condition is a filter on the rows the scope index finds (the ordered read's plan
+    is the one it had without it); the partial index of expiring rows serves sweep()."""
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        scopes = [Scope(tenant="acme", user_id=f"u{i % 100}", agent_id="a") for i in range(2_000)]
+        records = [MemoryRecord(scope=s, message=Message(role="user", content="r")) for s in scopes]
+        store.add(records[:1_980])
+        store.add(records[1_980:], ttl=60)
+        with psycopg.connect(postgres.uri, autocommit=True) as admin:
+            admin.execute(f"ANALYZE {table_name}")
+            for scope in (
+                Scope(tenant="acme", user_id="u7"),
+                Scope(tenant="acme", user_id="u7", agent_id="a").exact(),
+            ):
+                where, values = store._visible(scope)
+                plan = _plan(
+                    admin,
+                    f"SELECT record FROM {table_name} WHERE {where}"
+                    " ORDER BY created_at DESC, id DESC, key DESC LIMIT 20",
+                    values,
+                )
+                assert f"Index Scan using {table_name}_scope" in plan, plan
+                assert "Filter: (expires_at > " in plan, plan
+            plan = _plan(admin, f"DELETE FROM {table_name} WHERE expires_at <= %s", [NEVER_MICROS - 1])
+            assert f"{table_name}_expiry" in plan, plan
+
+
+def test_an_update_waiting_on_a_deleting_transaction_never_brings_the_record_back(
+    postgres: Postgres, table_name: str
+) -> None:
+    """The update is one conditional UPDATE: blocked on the row a delete holds, it finds the row
+    gone once the delete commits (a read-then-upsert would insert it again)."""
+    with (
+        PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store,
+        psycopg.connect(postgres.uri) as deleting,
+        psycopg.connect(postgres.uri, autocommit=True) as observer,
+    ):
+        [record] = _records(1)
+        store.add([record], _vectors(1, 8))
+        deleting.execute(f"DELETE FROM {table_name} WHERE id = %s", [record.id])  # not committed yet
+        outcome: list[object] = []
+
+        def update() -> None:
+            try:
+                outcome.append(store.update(SCOPE, record.id, content="again"))
+            except RecordNotFoundError as error:
+                outcome.append(error)
+
+        updater = threading.Thread(target=update)
+        updater.start()
+        deadline = time.monotonic() + 10
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        while observer.execute(waiting).fetchone() != (1,):
+            assert time.monotonic() < deadline, "the update never waited for the deleted row"
+            time.sleep(0.01)
+        deleting.commit()
+        updater.join()
+        assert len(outcome) == 1 and isinstance(outcome[0], RecordNotFoundError), outcome
+        assert store.get(SCOPE, [record.id]) == []
+        assert store.count(Scope.everything()) == 0
