@@ -10,10 +10,17 @@ the cosine vector ``dense`` (``create_vector_name``, Qdrant 1.18), so records
 without vectors can be written before the dimension is known. Text search uses
 ``MatchSubstring`` (Qdrant 1.20): :func:`check_server_version` refuses older
 servers when the store opens. On a server, the scope fields get keyword payload
-indexes (``tenant`` with ``is_tenant=True``), as do ``role``, ``kind`` and ``record_id``;
-``created_at`` gets an integer index for ordered reads. Every open creates the
-indexes that are missing, so a creation cut short by a crash is completed.
+indexes (``tenant`` with ``is_tenant=True``), as do ``role``, ``kind``, ``record_id`` and
+``scope_keys`` (which :meth:`~memcore_qdrant.store.QdrantStore._scopes` facets); ``created_at``
+gets an integer index for ordered reads, ``expires_at`` one for every read's live condition and
+``sweep``. Every open creates the indexes that are missing, so a creation cut short by a crash
+is completed, and a collection made before records could expire gains the ``expires_at`` index
+(its points keep no ``expires_at`` and never expire: :mod:`memcore_qdrant.filters`).
 The vector-space binding lives in the collection's metadata.
+
+An update's write (:meth:`ClientEngine.replace_calls`) is an ``update_only`` upsert whose
+``update_filter`` is the record's scope, id and live condition: Qdrant checks and writes in one
+step, so it never brings back a point another client deleted, nor one that expired.
 
 A collection of an earlier layout is brought up to date when it opens (each step
 marked done in the metadata last, so one a crash cut short runs again): one made
@@ -193,6 +200,8 @@ class ClientEngine:
     :param location: the URL or path, for messages.
     :param server: create payload indexes (a server uses them; local mode ignores them).
     """
+
+    prunes_live_condition = False
 
     def __init__(self, client: QdrantClient, collection: str, location: str, *, server: bool) -> None:
         self._server = server
@@ -380,6 +389,24 @@ class ClientEngine:
         structs = [models.PointStruct(id=str(p.id), vector=_vectors(p), payload=p.payload) for p in points]
         yield ClientCall("upsert", (self._collection,), {"points": structs, "wait": True})
 
+    def replace(self, point: Point, where: Clause) -> None:
+        run_session(self.replace_calls(point, where), self._make)
+
+    def replace_calls(self, point: Point, where: Clause) -> ClientSession[None]:
+        """An ``update_only`` upsert with ``where`` as its ``update_filter``: Qdrant overwrites the point
+        only if it exists and matches, checking and writing in one step on the server."""
+        struct = models.PointStruct(id=str(point.id), vector=_vectors(point), payload=point.payload)
+        yield ClientCall(
+            "upsert",
+            (self._collection,),
+            {
+                "points": [struct],
+                "update_filter": render_filter(where),
+                "update_mode": models.UpdateMode.UPDATE_ONLY,
+                "wait": True,
+            },
+        )
+
     def scroll(
         self,
         where: Clause,
@@ -485,6 +512,17 @@ class ClientEngine:
             "count", (self._collection,), {"count_filter": render_filter(where), "exact": True}
         )
         return int(counted.count)
+
+    def facet(self, key: str, where: Clause, limit: int) -> list[tuple[str, int]]:
+        return run_session(self.facet_calls(key, where, limit), self._make)
+
+    def facet_calls(self, key: str, where: Clause, limit: int) -> ClientSession[list[tuple[str, int]]]:
+        response = yield ClientCall(
+            "facet",
+            (self._collection,),
+            {"key": key, "facet_filter": render_filter(where), "limit": limit, "exact": True},
+        )
+        return [(str(hit.value), int(hit.count)) for hit in response.hits]
 
     def delete(self, where: Clause) -> None:
         run_session(self.delete_calls(where), self._make)

@@ -12,9 +12,11 @@ sparse vector alone (:mod:`memcore_qdrant.keywords`; shards made before it have 
 unused :data:`PLACEHOLDER` instead, and are rebuilt with it when they open) and gains
 the ``dense`` cosine vector later. The
 scope fields, ``role``, ``kind`` and ``record_id`` get keyword indexes (``tenant`` with
-``is_tenant``) and ``created_at`` an integer index, which ordered reads need.
-Every open creates whichever of these indexes is missing, so a shard whose
-creation a crash cut short (config written, indexes not yet) is completed.
+``is_tenant``), ``created_at`` an integer index, which ordered reads need, and ``expires_at``
+one, which every read's live condition and ``sweep`` use. Every open creates whichever of these
+indexes is missing, so a shard whose creation a crash cut short (config written, indexes not
+yet) is completed, and one made before records could expire gains the ``expires_at`` index (its
+points keep no ``expires_at`` and never expire: :mod:`memcore_qdrant.filters`).
 Segments are never optimised into HNSW graphs: a scoped search scores the
 scope's points exactly, found through the payload index, which is both exact
 and fast for agent memory (see the plugin README for the measurements).
@@ -233,6 +235,8 @@ class EdgeEngine:
     :param root: the store's folder (created by the caller, locked by the caller).
     """
 
+    prunes_live_condition = True
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.location = str(root)
@@ -284,12 +288,22 @@ class EdgeEngine:
         self._dimension = dimension
 
     def upsert(self, points: Sequence[Point]) -> None:
+        self._room.check("add records", self._written_bytes(points))
+        self._shard.update(edge.UpdateOperation.upsert_points([_edge_point(p) for p in points]))
+
+    def _written_bytes(self, points: Sequence[Point]) -> int:
         payloads = sum(
             len(str(p.payload.get(fields.RECORD, ""))) + len(str(p.payload.get(fields.TEXT, "")))
             for p in points
         )
-        self._room.check("add records", estimated_bytes(payloads, len(points), self._dimension))
-        self._shard.update(edge.UpdateOperation.upsert_points([_edge_point(p) for p in points]))
+        return estimated_bytes(payloads, len(points), self._dimension)
+
+    def replace(self, point: Point, where: Clause) -> None:
+        self._room.check("update a record", self._written_bytes([point]))
+        condition = render_filter(where)
+        self._shard.update(
+            edge.UpdateOperation.upsert_points([_edge_point(point)], condition, edge.UpdateMode.UpdateOnly)
+        )
 
     def scroll(
         self,
@@ -361,6 +375,10 @@ class EdgeEngine:
 
     def count(self, where: Clause) -> int:
         return self._shard.count(edge.CountRequest(exact=True, filter=render_filter(where)))
+
+    def facet(self, key: str, where: Clause, limit: int) -> list[tuple[str, int]]:
+        request = edge.FacetRequest(key, limit=limit, exact=True, filter=render_filter(where))
+        return [(str(hit.value), hit.count) for hit in self._shard.facet(request).hits]
 
     def delete(self, where: Clause) -> None:
         self._room.check("delete records")

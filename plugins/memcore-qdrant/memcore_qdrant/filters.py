@@ -19,6 +19,10 @@ payload layout of :mod:`memcore_qdrant.payload`:
   since an empty ``should`` matches everything in Qdrant.
 * ``$exists`` matches the key in ``m_keys``, not Qdrant's ``IsEmpty``/``IsNull``: those
   count an empty list as empty, while for the portable language ``[]`` is a value.
+* ``expires_at`` is absent from points written before records could expire, and such a record
+  never expires: a comparison on it matches the missing key exactly when
+  :data:`~memcore.records.NEVER_EXPIRES` passes it (:data:`MISSING_TIMES`). The stores' implicit
+  read condition, "not expired at now", compiles to ``must_not: expires_at <= now``.
 
 Qdrant compares ranges in 64-bit floats. A range bound of magnitude 2**53 or
 more could compare wrongly with a large stored integer, so :func:`expresses`
@@ -51,7 +55,7 @@ from memcore.filters import (
     field_spec,
 )
 from memcore.kit import exact_as_float
-from memcore.records import INT64_MAX, INT64_MIN, epoch_micros
+from memcore.records import INT64_MAX, INT64_MIN, NEVER_EXPIRES, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore_qdrant import payload as fields
 
@@ -299,7 +303,43 @@ def _keyword_comparison(node: Comparison) -> Condition:
     return negate(MatchAny(key, values)) if values else EVERYTHING
 
 
+MISSING_TIMES: dict[str, int] = {fields.EXPIRES_AT: epoch_micros(NEVER_EXPIRES)}
+"""Time fields a point may lack (written before the field existed), with the value, in epoch
+microseconds, that a missing key stands for: a record without ``expires_at`` never expires."""
+
+_COMPLEMENT = {"$gt": "lte", "$gte": "lt", "$lt": "gte", "$lte": "gt"}
+
+
 def _time_comparison(spec: FieldSpec, node: Comparison) -> Condition:
+    """A comparison on a time field, also right on points that lack the field (:data:`MISSING_TIMES`).
+
+    Qdrant matches no range or value on a missing key and every ``must_not`` of one, so where the
+    value a missing key stands for passes the comparison, the missing key is added (a range becomes
+    the ``must_not`` of its complement, one condition on the integer index: the live condition
+    ``expires_at > now`` is ``must_not: expires_at <= now``), and where it fails, excluded.
+    """
+    key, op = spec.name, node.op
+    stored = _stored_time_comparison(spec, node)
+    missing_as = MISSING_TIMES.get(key)
+    if missing_as is None or op == "$exists":
+        return stored
+    if op in RANGE_OPS:
+        stamp = int(column_value(spec, node.value))
+        if _passes(op, missing_as, stamp):
+            return negate(Range(key, **{_COMPLEMENT[op]: float(stamp)}))
+        return stored  # a range never matches a missing key
+    stamps = {int(column_value(spec, v)) for v in (_values(node) if op in ("$in", "$nin") else (node.value,))}
+    passes = (missing_as in stamps) == (op in ("$eq", "$in"))
+    if op in ("$ne", "$nin"):  # a must_not: it matches a missing key already
+        return stored if passes else Clause(must=(stored,), must_not=(IsEmpty(key),))
+    return any_of([stored, IsEmpty(key)]) if passes else stored  # a match: it never matches one
+
+
+def _passes(op: str, value: int, bound: int) -> bool:
+    return {"$gt": value > bound, "$gte": value >= bound, "$lt": value < bound, "$lte": value <= bound}[op]
+
+
+def _stored_time_comparison(spec: FieldSpec, node: Comparison) -> Condition:
     key, op = spec.name, node.op
     if op == "$exists":
         return EVERYTHING if node.value else NOTHING

@@ -9,7 +9,10 @@ from which reads rebuild it, and once as fields shaped for Qdrant's filters:
   and ``scope_keys``: one keyword per non-empty subset of them (:func:`scope_key`), so that any
   read scope is a single indexed match; a scope of two fields as two conditions would have Qdrant
   Edge check the unselective one (the tenant) point by point;
-* ``role``, ``kind``; ``created_at`` as integer microseconds since the epoch (exact, sortable);
+* ``role``, ``kind``; ``created_at`` and ``expires_at`` as integer microseconds since the epoch
+  (exact, sortable); a record that never expires stores :data:`~memcore.records.NEVER_EXPIRES`'s.
+  Points written before records could expire have no ``expires_at``: they never expire, and the
+  filter compiler treats the missing key as that value (:mod:`memcore_qdrant.filters`);
 * ``text``: the content case-folded, for case-insensitive substring search;
 * ``terms``: its keyword terms, each once, so that a term's document frequency in a scope is
   an indexed count (:mod:`memcore_qdrant.keywords`);
@@ -27,7 +30,7 @@ semantics exactly: a keyword match never confuses ``"1"``, ``1`` and ``true``,
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 from typing import Any, Final
 
@@ -41,6 +44,7 @@ RECORD: Final = "record"
 RECORD_ID: Final = "record_id"
 TEXT: Final = "text"
 CREATED_AT: Final = "created_at"
+EXPIRES_AT: Final = "expires_at"
 METADATA_KEYS: Final = "m_keys"
 STR: Final = "m_str"
 LIST: Final = "m_list"
@@ -79,6 +83,73 @@ def scope_key(pairs: Sequence[tuple[str, str]]) -> str:
     Scope values never contain ``=`` or ``|`` (see :func:`memcore.scope.validate_scope_value`).
     """
     return "|".join(f"{name}={value}" for name, value in pairs)
+
+
+ScopeValues = tuple[str | None, ...]
+"""A scope as its four field values (:data:`~memcore.scope.SCOPE_FIELDS` order), ``None`` where unset."""
+
+
+def scope_values(key: str) -> ScopeValues:
+    """The scope fields a :func:`scope_key` names, ``None`` for the others.
+
+    :raises StoreCorruptedError: if ``key`` is not a scope key memcore wrote.
+    """
+    given = dict(pair.split("=", 1) for pair in key.split("|") if "=" in pair)
+    if not given or set(given) - set(SCOPE_FIELDS) or key != scope_key(list(given.items())):
+        raise StoreCorruptedError(f"a Qdrant point has an invalid scope key {key!r}")
+    return tuple(given.get(name) for name in SCOPE_FIELDS)
+
+
+def exact_scope_counts(facet: Iterable[tuple[str, int]]) -> list[tuple[ScopeValues, int]]:
+    """The exact scopes of a set of points and how many points each holds, from the facet of their
+    ``scope_keys`` (each key with the number of points listing it).
+
+    A point lists the key of every non-empty subset of its scope fields, so a key's count is the
+    number of points whose scope includes those fields with those values: the sum, over the exact
+    scopes extending it, of their counts. Möbius inversion on that lattice undoes the sum: an exact
+    scope's count is the alternating sum, over the keys extending its own, of their counts
+    (``(-1)**`` the number of fields added). Keys with the same set of fields are grouped, so each
+    key is projected once on each subset of its fields; a key whose count comes out zero is a subset
+    of other points' scopes, not a scope of its own.
+    """
+    # sums[outer][inner][values of the inner fields] = the counts of keys with fields ``outer``
+    # whose values on the ``inner`` fields (a subset of ``outer``) are these.
+    sums: dict[int, dict[int, dict[ScopeValues, int]]] = {}
+    keys: list[tuple[int, ScopeValues]] = []
+    for key, count in facet:
+        values = scope_values(key)
+        outer = _fields_mask(values)
+        keys.append((outer, values))
+        by_inner = sums.setdefault(outer, {})
+        for inner in _submasks(outer):
+            bucket = by_inner.setdefault(inner, {})
+            projected = _projected(values, inner)
+            bucket[projected] = bucket.get(projected, 0) + count
+    found = []
+    for mask, values in keys:
+        exact = sum(
+            (-1) ** (outer.bit_count() - mask.bit_count()) * by_inner.get(mask, {}).get(values, 0)
+            for outer, by_inner in sums.items()
+            if outer & mask == mask
+        )
+        if exact > 0:
+            found.append((values, exact))
+    return found
+
+
+def _fields_mask(values: ScopeValues) -> int:
+    return sum(1 << index for index, value in enumerate(values) if value is not None)
+
+
+def _submasks(mask: int) -> Iterator[int]:
+    sub = mask
+    while sub:
+        yield sub
+        sub = (sub - 1) & mask
+
+
+def _projected(values: ScopeValues, mask: int) -> ScopeValues:
+    return tuple(value if mask >> index & 1 else None for index, value in enumerate(values))
 
 
 def _scope_keys(pairs: list[tuple[str, str]]) -> list[str]:

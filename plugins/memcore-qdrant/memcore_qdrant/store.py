@@ -7,11 +7,15 @@
 
 They differ only in how they connect and in their capabilities. Every read and
 delete sends the scope as top-level ``must`` conditions (:func:`~memcore_qdrant.filters.scoped`);
-a read or delete by id matches the ``record_id`` payload field AND the scope. A vector search whose
-filter only excludes (``$ne``/``$nin``, as recall's roles) checks it on the scope's best hits first
-(:meth:`QdrantStore._best_hits_passing`). A record is its exact scope plus its id, so a point's id
-is :func:`~memcore.scope.storage_id` of the two: the same id in two scopes is two points. Text
-search is a case-insensitive substring match on a case-folded copy of the
+a read or delete by id matches the ``record_id`` payload field AND the scope. Every read (and
+:meth:`QdrantStore._scopes`, :meth:`QdrantStore._replace`) also sends the implicit live condition,
+``must_not: expires_at <= now`` (:meth:`QdrantStore._alive`), true of the points written before
+records could expire, which have no ``expires_at``; Qdrant Edge leaves it out of the query of a
+scope without expired points (:meth:`QdrantStore._alive_in`). Deletes reach expired records
+too. A vector search whose filter only excludes (``$ne``/``$nin``, as recall's roles) checks it on the scope's
+best hits first (:meth:`QdrantStore._best_hits_passing`). A record is its exact scope plus its
+id, so a point's id is :func:`~memcore.scope.storage_id` of the two: the same id in two scopes is
+two points. Text search is a case-insensitive substring match on a case-folded copy of the
 content, done by Qdrant (``MatchSubstring``).
 """
 
@@ -71,6 +75,9 @@ EXCLUSION_HEADROOM = 2
 EXCLUSION_MAX_LIMIT = 100
 """Above this limit an excluding filter goes to Qdrant: turning ``EXCLUSION_HEADROOM * limit``
 payloads into records in Python costs more than Qdrant's point-by-point check."""
+FACET_LIMIT = 1_000
+"""How many ``scope_keys`` values :meth:`QdrantStore._scopes` first asks Qdrant's facet for; when
+all of them come back, it asks again for 16 times as many, until fewer come back than were asked."""
 
 
 T = TypeVar("T")
@@ -78,6 +85,19 @@ T = TypeVar("T")
 
 def _records(points: builtins.list[Point]) -> builtins.list[MemoryRecord]:
     return [fields.from_payload(p.payload) for p in points]
+
+
+def _point(record: MemoryRecord, row: Matrix | None) -> Point:
+    """The point that stores ``record``, with its unit vector (a row of a matrix) if it has one."""
+    vector = None if row is None else row.tolist()
+    return Point(storage_id(record.scope, record.id), fields.to_payload(record), vector)
+
+
+def _stored_scope(values: fields.ScopeValues) -> Scope:
+    """The scope of these field values as stored, not validated again (a record stored before
+    every scope had a tenant has none)."""
+    tenant, user_id, agent_id, session_id = values
+    return Scope.model_construct(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id)
 
 
 def _scored(record: MemoryRecord, score: float) -> ScoredRecord:
@@ -112,7 +132,7 @@ class QdrantStore(BaseStore):
 
     name: ClassVar[str] = "qdrant"
     schemes: ClassVar[tuple[str, ...]] = ("qdrant",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, keyword_index=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, keyword_index=True, expiry=True)
 
     def __init__(self, connection: Connection) -> None:
         super().__init__()
@@ -195,6 +215,32 @@ class QdrantStore(BaseStore):
         yield from engine_call(self._engine.index_fields, metadata_indexes(condition))
         return scoped(scope, *extra, condition)
 
+    def _read_where(self, scope: Scope, node: Filter | None, *extra: Condition | None) -> Session[Clause]:
+        """The native filter of a read: :meth:`_where` of ``node``, and the live condition of ``scope``."""
+        alive = yield from self._alive_in(scope)
+        return (yield from self._where(scope, node, *extra, alive))
+
+    def _alive(self) -> Condition:
+        """The implicit read condition, compiled: ``must_not: expires_at <= now`` on the integer index
+        (:func:`~memcore_qdrant.filters.compile_filter`), true of a point without ``expires_at``."""
+        return compile_filter(self._now_live())
+
+    def _now_live(self) -> Comparison:
+        live = self._live_condition()
+        assert live is not None  # every Qdrant store can expire records
+        return live
+
+    def _alive_in(self, scope: Scope) -> Session[Condition | None]:
+        """The live condition of a read of ``scope`` (:meth:`_alive`); ``None`` on an engine that
+        prunes it (:attr:`~memcore_qdrant.engine.Engine.prunes_live_condition`) when no point of
+        ``scope`` has expired, as it then holds of every point the read can match."""
+        live = self._now_live()
+        if self._engine.prunes_live_condition:
+            expired = compile_filter(Comparison(live.field, "$lte", live.value))
+            if not (yield from engine_call(self._engine.count, scoped(scope, expired))):
+                return None
+        return compile_filter(live)
+
     def _ordered(self, where: Clause, order: Order, limit: int) -> Session[builtins.list[MemoryRecord]]:
         """The first ``limit`` records by (created_at, id): Qdrant orders by time, ties are settled here.
 
@@ -227,14 +273,38 @@ class QdrantStore(BaseStore):
         if vectors is not None:
             yield from self._ensure_dimension(vectors.shape[1])
         points = [
-            Point(
-                storage_id(record.scope, record.id),
-                fields.to_payload(record),
-                None if vectors is None else vectors[row].tolist(),
-            )
-            for row, record in enumerate(records)
+            _point(record, None if vectors is None else vectors[row]) for row, record in enumerate(records)
         ]
         yield from engine_call(self._engine.upsert, points)
+
+    def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        return self._run("update a record", self._replace_session(old, new, vector))
+
+    async def _areplace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        return await self._arun_session("update a record", self._replace_session(old, new, vector))
+
+    def _replace_session(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> Session[bool]:
+        """Count the record, live, in its exact scope; if it is there, overwrite its point with a
+        conditional upsert (``update_only``, on the same condition), which never writes a point
+        that is missing or expired by the time it is applied.
+
+        Embedded, the whole session runs under the engine's lock, which every write of this
+        process takes (another process cannot open the store), so nothing comes between the count
+        and the write. On a server, the upsert's condition is checked and applied in one step by
+        Qdrant, so an update never brings back a record deleted or expired before it; what remains
+        is the window between the count and the upsert, in which another client (or this
+        process's async API, which takes no lock) may delete the record: the upsert then writes
+        nothing, and the update reports success for a record that is gone, as if the delete came
+        just after it.
+        """
+        where = scoped(old.scope.exact(), with_ids([old.id]), self._alive())
+        if not (yield from engine_call(self._engine.count, where)):
+            return False
+        if vector is not None:
+            yield from self._ensure_dimension(vector.shape[1])
+        point = _point(new, None if vector is None else vector[0])
+        yield from engine_call(self._engine.replace, point, where)
+        return True
 
     def _ensure_dimension(self, dimension: int) -> Session[None]:
         current = yield from engine_call(self._engine.dimension)
@@ -255,7 +325,8 @@ class QdrantStore(BaseStore):
         return await self._arun_session("get records", self._get_session(scope, ids))
 
     def _get_session(self, scope: Scope, ids: builtins.list[UUID]) -> Session[builtins.list[MemoryRecord]]:
-        return _records((yield from engine_call(self._engine.scroll, scoped(scope, with_ids(ids)))))
+        where = yield from self._read_where(scope, None, with_ids(ids))
+        return _records((yield from engine_call(self._engine.scroll, where)))
 
     def _vectors(self, scope: Scope, ids: builtins.list[UUID]) -> builtins.list[tuple[UUID, Matrix]]:
         return self._run("read vectors", self._vectors_session(scope, ids))
@@ -266,7 +337,7 @@ class QdrantStore(BaseStore):
     def _vectors_session(
         self, scope: Scope, ids: builtins.list[UUID]
     ) -> Session[builtins.list[tuple[UUID, Matrix]]]:
-        where = scoped(scope, with_ids(ids))
+        where = yield from self._read_where(scope, None, with_ids(ids))
         points = yield from engine_call(self._engine.scroll, where, with_vectors=True)
         return [
             (fields.from_payload(p.payload).id, np.asarray(p.vector, dtype=np.float32))
@@ -282,7 +353,7 @@ class QdrantStore(BaseStore):
 
     def _list_session(self, scope: Scope, query: ListQuery) -> Session[builtins.list[MemoryRecord]]:
         order = query.order
-        where = yield from self._where(scope, within(query.filter, query.after, query.before))
+        where = yield from self._read_where(scope, within(query.filter, query.after, query.before))
         if query.limit is not None:
             return (yield from self._ordered(where, order, query.limit))
         points = yield from engine_call(self._engine.scroll, where)
@@ -298,18 +369,20 @@ class QdrantStore(BaseStore):
         query, text, node, limit = request.vector, request.text, request.filter, request.limit
         substring = None if text is None else text_contains(text)
         if query is None:
-            where = yield from self._where(scope, node, substring)
+            where = yield from self._read_where(scope, node, substring)
             return [ScoredRecord.of(r, 1.0) for r in (yield from self._ordered(where, "desc", limit))]
         if (yield from engine_call(self._engine.dimension)) is None:
             # Not dead code: BaseStore.search lets a query through when an embedder is bound
             # but no vector was written yet, and Qdrant has no ``dense`` vector to search then.
             return []
         vector = query[0].tolist()
+        alive = yield from self._alive_in(scope)
         if node is not None and limit <= EXCLUSION_MAX_LIMIT and excludes_only(node):
-            found = yield from self._best_hits_passing(node, vector, scoped(scope, substring), limit)
+            where = scoped(scope, substring, alive)
+            found = yield from self._best_hits_passing(node, vector, where, limit)
             if found is not None:
                 return found
-        where = yield from self._where(scope, node, substring)
+        where = yield from self._where(scope, node, substring, alive)
         hits = yield from engine_call(self._engine.query, vector, where, limit)
         return [_scored(fields.from_payload(h.payload), h.score) for h in hits]
 
@@ -347,13 +420,13 @@ class QdrantStore(BaseStore):
     def _keyword_session(self, scope: Scope, query: KeywordQuery) -> Session[builtins.list[ScoredRecord]]:
         """BM25 ranked by Qdrant over the ``keywords`` sparse vectors (:mod:`memcore_qdrant.keywords`).
 
-        The idf of each query term is counted in the reading scope (and filter): one count of
-        the scope, one per term, each answered by a payload index.
+        The idf of each query term is counted among the live records of the reading scope (and
+        filter): one count of the scope, one per term, each answered by payload indexes.
         """
         wanted = sorted(set(terms(query.keywords)))
         if not wanted:
             return []
-        where = yield from self._where(scope, query.filter)
+        where = yield from self._read_where(scope, query.filter)
         documents = yield from engine_call(self._engine.count, where)
         weights = {}
         for term in wanted:
@@ -381,7 +454,27 @@ class QdrantStore(BaseStore):
         return await self._arun_session("count records", self._count_session(scope, node))
 
     def _count_session(self, scope: Scope, node: Filter | None) -> Session[int]:
-        return (yield from engine_call(self._engine.count, (yield from self._where(scope, node))))
+        return (yield from engine_call(self._engine.count, (yield from self._read_where(scope, node))))
+
+    def _scopes(self, prefix: Scope) -> builtins.list[tuple[Scope, int]]:
+        return self._run("list scopes", self._scopes_session(prefix))
+
+    async def _ascopes(self, prefix: Scope) -> builtins.list[tuple[Scope, int]]:
+        return await self._arun_session("list scopes", self._scopes_session(prefix))
+
+    def _scopes_session(self, prefix: Scope) -> Session[builtins.list[tuple[Scope, int]]]:
+        """The exact scopes of the live points ``prefix`` sees, from one exact facet of Qdrant on the
+        keyword-indexed ``scope_keys`` (scope and live condition as its filter), inverted into the
+        count of each exact scope (:func:`~memcore_qdrant.payload.exact_scope_counts`): no point
+        is read, and points of every layout carry ``scope_keys``."""
+        where = scoped(prefix, (yield from self._alive_in(prefix)))
+        limit = FACET_LIMIT
+        while True:
+            hits = yield from engine_call(self._engine.facet, fields.SCOPE_KEYS, where, limit)
+            if len(hits) < limit:
+                break
+            limit *= 16
+        return [(_stored_scope(values), count) for values, count in fields.exact_scope_counts(hits)]
 
     def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
         return self._run("delete records", self._deletion(scoped(scope, with_ids(ids))))
@@ -404,12 +497,12 @@ class QdrantStore(BaseStore):
             yield from engine_call(self._engine.delete, where)
         return found
 
-    def purge(self) -> None:
-        """Physically erase deleted records: the embedded shard is rebuilt from its live points.
+    def _purge(self) -> None:
+        """Physically erase deleted records (expired ones are deleted first, by :meth:`sweep`): the
+        embedded shard is rebuilt from its remaining points.
 
         On a server, Qdrant's optimizer vacuums deleted points on its own schedule.
         """
-        super().purge()
         with self._lock, translated("purge", self.location):
             self._engine.purge()
 
@@ -451,7 +544,7 @@ class QdrantMemoryStore(QdrantStore):
     """``qdrant+memory://``: a Qdrant Edge shard in a temporary folder, deleted on close."""
 
     schemes: ClassVar[tuple[str, ...]] = ("qdrant+memory",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, keyword_index=True, expiry=True)
 
     @classmethod
     def open_url(cls, url: StoreURL) -> Self:
@@ -473,7 +566,7 @@ class QdrantServerStore(QdrantStore):
 
     schemes: ClassVar[tuple[str, ...]] = ("qdrant+http", "qdrant+https")
     capabilities: ClassVar[Capabilities] = Capabilities(
-        durable=True, ann=True, server=True, keyword_index=True
+        durable=True, ann=True, server=True, keyword_index=True, expiry=True
     )
 
     url_params: ClassVar[frozenset[str]] = frozenset({COLLECTION})

@@ -63,6 +63,10 @@ def test_the_calls_fit_async_qdrant_client(monkeypatch: pytest.MonkeyPatch) -> N
             await store.acount(ALICE, filter={"role": "user"}),
         )
 
+    async def change() -> tuple[Any, ...]:
+        updated = await store.aupdate(ALICE, records[3].id, content="alice likes coffee", metadata={"n": 1})
+        return updated, await store.ascopes(Scope(tenant="acme"))
+
     async def delete() -> tuple[int, ...]:
         deleted = await store.adelete(ALICE, [records[0].id])
         latest = {"created_at": {"$gte": records[8].created_at.isoformat()}}
@@ -75,8 +79,12 @@ def test_the_calls_fit_async_qdrant_client(monkeypatch: pytest.MonkeyPatch) -> N
     assert [h.record.id for h in texts] == [records[7].id]
     assert list(vectors_back) == [records[2].id]
     assert counted == 10
+    updated, scopes = asyncio.run(change())  # a conditional upsert, a facet
+    assert (updated.message.content, updated.metadata) == ("alice likes coffee", {"n": 1})
+    assert [(entry.scope, entry.count) for entry in scopes] == [(ALICE.exact(), 10)]
     assert asyncio.run(delete()) == (1, 2, 7)
     assert sync_calls == []  # every call of every turn went through the async client
+    assert store.get(ALICE, [records[3].id]) == [updated]
     store.close()
 
 

@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 from memcore_qdrant import QdrantStore
-from memcore_qdrant.filters import Clause, excludes_only, flattened, scoped, text_contains
+from memcore_qdrant.filters import Clause, Condition, excludes_only, flattened, scoped, text_contains
 from memcore_qdrant.store import EXCLUSION_MAX_LIMIT
 
 from memcore.filters import FilterSpec, evaluate, parse_filter
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.testing.helpers import make_record, random_vectors
+from memcore.testing.lifecycle_tests import ManualClock
 
 MINE = Scope(tenant="t", user_id="alice")
 THEIRS = Scope(tenant="t", user_id="bob")
@@ -34,6 +35,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QdrantStor
         else QdrantStore.open_local_client(path)
     )
     with opened:
+        opened.clock = ManualClock()  # one "now" for every query: the live condition stays the same
         roles: list[Any] = [
             "system" if i % 20 == 0 else "developer" if i % 20 == 10 else "user" for i in range(80)
         ]
@@ -57,6 +59,12 @@ def _queries_made(store: QdrantStore, monkeypatch: pytest.MonkeyPatch) -> list[t
 
     monkeypatch.setattr(engine, "query", recorded)
     return sent
+
+
+def _alive(store: QdrantStore) -> tuple[Condition, ...]:
+    """The live condition the scope's queries carry: none on Qdrant Edge, which leaves it out of a
+    scope without expired points (:attr:`~memcore_qdrant.engine.Engine.prunes_live_condition`)."""
+    return () if store._engine.prunes_live_condition else (store._alive(),)
 
 
 def _limits(sent: list[tuple[int, Clause]]) -> list[int]:
@@ -101,7 +109,8 @@ def test_an_excluding_filter_is_checked_on_the_best_hits_of_the_scope(
     sent = _queries_made(store, monkeypatch)
     for query in QUERIES:
         assert _found(store, spec, query, 10) == _exact(store, spec, query, 10)
-    assert sent == [(20, scoped(MINE))] * len(QUERIES)  # the scope alone: no must_not reached Qdrant
+    # The scope (and the live condition) alone: no must_not of the filter reached Qdrant.
+    assert sent == [(20, scoped(MINE, *_alive(store)))] * len(QUERIES)
 
 
 def test_a_text_condition_stays_in_the_first_query(
@@ -113,7 +122,7 @@ def test_a_text_condition_stays_in_the_first_query(
         found = _found(store, spec, query, 5, text="MINE 1")
         assert found == _exact(store, spec, query, 5, text="MINE 1")
         assert len(found) == 5
-    assert sent == [(10, scoped(MINE, text_contains("MINE 1")))] * len(QUERIES)
+    assert sent == [(10, scoped(MINE, text_contains("MINE 1"), *_alive(store)))] * len(QUERIES)
 
 
 def test_when_too_few_of_the_best_hits_pass_qdrant_filters(

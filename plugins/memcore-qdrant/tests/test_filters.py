@@ -20,17 +20,20 @@ from memcore_qdrant.filters import (
     IsEmpty,
     Match,
     MatchAny,
+    Range,
     ScopeIs,
     compile_filter,
     expresses,
     flattened,
+    scope_conditions,
     scoped,
 )
 from qdrant_client import models
 
 from memcore.filters import evaluate, parse_filter, split_filter
-from memcore.records import MemoryRecord, Message
+from memcore.records import MemoryRecord, Message, epoch_micros
 from memcore.scope import Scope
+from memcore.testing.lifecycle_tests import ManualClock
 from memcore.testing.strategies import filters
 
 
@@ -164,41 +167,119 @@ class RecordingEngine:
         self.filters.append(where)
         return self.inner.query(vector, where, limit)
 
+    def keyword_query(self, vector: Any, where: Clause, limit: int) -> list[Hit]:
+        self.filters.append(where)
+        return self.inner.keyword_query(vector, where, limit)
+
     def count(self, where: Clause) -> int:
         self.filters.append(where)
         return self.inner.count(where)
+
+    def facet(self, key: str, where: Clause, limit: int) -> list[tuple[str, int]]:
+        self.filters.append(where)
+        return self.inner.facet(key, where, limit)
+
+    def replace(self, point: Point, where: Clause) -> None:
+        self.filters.append(where)
+        self.inner.replace(point, where)
 
     def delete(self, where: Clause) -> None:
         self.filters.append(where)
         self.inner.delete(where)
 
 
-def test_every_read_and_delete_sends_the_scope_first(tmp_path: Path) -> None:
-    store = QdrantStore.from_url(f"qdrant://{tmp_path / 'store'}")
+ALICE = Scope(tenant="acme", user_id="alice")
+ALICE_FIRST: tuple[Condition, ...] = (ScopeIs((("tenant", "acme"), ("user_id", "alice"))),)
+
+
+def _recorded_store(path: Path, engine: str) -> tuple[QdrantStore, RecordingEngine, ManualClock]:
+    store = (
+        QdrantStore.from_url(f"qdrant://{path}") if engine == "edge" else QdrantStore.open_local_client(path)
+    )
     recorder = RecordingEngine(store._engine)
     store._engine = recorder  # type: ignore[assignment]
+    clock = ManualClock()
+    store.clock = clock
+    return store, recorder, clock
+
+
+def _read_everything(store: QdrantStore, records: list[MemoryRecord]) -> None:
+    """Every read path, in alice's scope."""
+    store.get(ALICE, [records[0].id])
+    store.vectors(ALICE, [records[0].id])
+    store.list(ALICE, filter={"role": "user"}, limit=2, order="desc")
+    store.search(ALICE, vector=[1.0, 0.0], filter={"kind": "turn"})
+    store.search(ALICE, vector=[1.0, 0.0], filter={"kind": {"$ne": "fact"}})  # checked on the best hits
+    store.search(ALICE, text="R1")
+    store.search(ALICE, keywords="r1")
+    store.count(ALICE, filter={"metadata.x": {"$exists": False}})
+    store.scopes(ALICE)
+
+
+@pytest.mark.parametrize("engine", ["edge", "local client"])
+def test_every_read_and_delete_sends_the_scope_first_and_every_read_the_live_condition(
+    tmp_path: Path, engine: str
+) -> None:
+    store, recorder, clock = _recorded_store(tmp_path / "store", engine)
     try:
-        scope = Scope(tenant="acme", user_id="alice")
-        records = [MemoryRecord(scope=scope, message=Message(role="user", content=f"r{i}")) for i in range(3)]
+        records = [MemoryRecord(scope=ALICE, message=Message(role="user", content=f"r{i}")) for i in range(3)]
         store.add(records, [[1.0, float(i)] for i in range(3)])
+        store.add([MemoryRecord(scope=ALICE, message=Message(role="user", content="gone"))], ttl=1)
+        clock.advance(1)
         recorder.filters.clear()
-        store.get(scope, [records[0].id])
-        store.list(scope, filter={"role": "user"}, limit=2, order="desc")
-        store.search(scope, vector=[1.0, 0.0], filter={"kind": "turn"})
-        store.search(scope, text="R1")
-        store.count(scope, filter={"metadata.x": {"$exists": False}})
-        store.delete(scope, [records[1].id])
-        store.delete_where(scope, {"role": "assistant"})
-        expected: tuple[Condition, ...] = (ScopeIs((("tenant", "acme"), ("user_id", "alice"))),)
-        assert len(recorder.filters) >= 8
+        _read_everything(store, records)
+        store.update(ALICE, records[2].id, content="r2 again")
+        reads = len(recorder.filters)
+        store.delete(ALICE, [records[1].id])
+        store.delete_where(ALICE, {"role": "assistant"})
+        assert reads >= 13
         for where in recorder.filters:
-            assert where.must[:1] == expected
+            assert where.must[:1] == ALICE_FIRST
+        # Not expired at the store's clock: a range on the integer index, true of a missing key. Qdrant
+        # Edge counts the scope's expired points first (one here), to leave it out when there are none.
+        alive = Range(fields.EXPIRES_AT, lte=float(epoch_micros(clock.now)))
+        probes = [where for where in recorder.filters if alive in where.must]
+        live = [alive in flattened(where).must_not for where in recorder.filters if where not in probes]
+        assert live == [True] * (reads - len(probes)) + [False] * 3
+        assert len(probes) == (11 if engine == "edge" else 0)  # each read, and the update's two
         by_id = [w for w in recorder.filters if any(isinstance(c, MatchAny) for c in w.must)]
+        exact = (*scope_conditions(ALICE.exact()),)
+
+        def read(scope: tuple[Condition, ...], record: MemoryRecord) -> Clause:
+            match = MatchAny(fields.RECORD_ID, (str(record.id),))
+            return Clause(must=(*scope, match, Clause(must_not=(alive,))))
+
+        removal = Clause(must=(*ALICE_FIRST, MatchAny(fields.RECORD_ID, (str(records[1].id),))))
         assert by_id == [
-            Clause(must=(*expected, MatchAny(fields.RECORD_ID, (str(records[0].id),)))),
-            Clause(must=(*expected, MatchAny(fields.RECORD_ID, (str(records[1].id),)))),  # counted
-            Clause(must=(*expected, MatchAny(fields.RECORD_ID, (str(records[1].id),)))),  # deleted
+            read(ALICE_FIRST, records[0]),  # get
+            read(ALICE_FIRST, records[0]),  # vectors
+            read(ALICE_FIRST, records[2]),  # update: the record, through the scope given,
+            *[read(exact, records[2])] * 3,  # then its vector, its count and its write, in its exact scope
+            removal,  # delete: counted,
+            removal,  # then deleted
         ]
+    finally:
+        store.close()
+
+
+def test_qdrant_edge_leaves_the_live_condition_out_where_nothing_has_expired(tmp_path: Path) -> None:
+    store, recorder, clock = _recorded_store(tmp_path / "store", "edge")
+    try:
+        records = [MemoryRecord(scope=ALICE, message=Message(role="user", content=f"r{i}")) for i in range(3)]
+        store.add(records, [[1.0, float(i)] for i in range(3)])
+        bob = Scope(tenant="acme", user_id="bob")
+        store.add([MemoryRecord(scope=bob, message=Message(role="user", content="gone"))], ttl=1)
+        store.add([MemoryRecord(scope=ALICE, message=Message(role="user", content="later"))], ttl=60)
+        clock.advance(1)  # bob's record has expired, none of alice's
+        recorder.filters.clear()
+        _read_everything(store, records)
+        alive = Range(fields.EXPIRES_AT, lte=float(epoch_micros(clock.now)))
+        probes = [where for where in recorder.filters if alive in where.must]
+        assert probes == [Clause(must=(*ALICE_FIRST, alive))] * 9  # each read counts the expired first:
+        assert not any(alive in flattened(where).must_not for where in recorder.filters)  # none
+        assert len(store.list(ALICE)) == 4
+        assert store.count(Scope(tenant="acme")) == 4  # bob's expired point is in this scope,
+        assert alive in flattened(recorder.filters[-1]).must_not  # so the count carries the condition
     finally:
         store.close()
 

@@ -159,14 +159,14 @@ def test_an_existing_collection_gets_the_indexes_it_lacks() -> None:
     ClientEngine(client, "memcore", "http://server:6333/memcore", server=True)
     created = [call.args[1] for call in client.create_payload_index.call_args_list]
     expected = [name for name in fields.KEYWORD_FIELDS if name not in (fields.TENANT, "role")]
-    assert created == [*expected, fields.CREATED_AT]
+    assert created == [*expected, *fields.INTEGER_FIELDS]
     client.create_collection.assert_not_called()
 
 
 def test_a_complete_collection_gets_no_index_requests() -> None:
     client = mock.Mock(spec=QdrantClient)
     client.collection_exists.return_value = True
-    schema = dict.fromkeys([*fields.KEYWORD_FIELDS, fields.CREATED_AT], object())
+    schema = dict.fromkeys([*fields.KEYWORD_FIELDS, *fields.INTEGER_FIELDS], object())
     client.get_collection.return_value = _collection(schema)
     ClientEngine(client, "memcore", "http://server:6333/memcore", server=True)
     client.create_payload_index.assert_not_called()
@@ -179,7 +179,7 @@ def _qdrant_1_20(requests: list[tuple[str, int]]) -> ThreadingHTTPServer:
     client's source port, which tells one TCP connection from another.
     """
     indexes = {name: {"data_type": "keyword", "points": 0} for name in fields.KEYWORD_FIELDS}
-    indexes[fields.CREATED_AT] = {"data_type": "integer", "points": 0}
+    indexes.update({name: {"data_type": "integer", "points": 0} for name in fields.INTEGER_FIELDS})
     collection = {
         "status": "green",
         "optimizer_status": "ok",
