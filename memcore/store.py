@@ -27,7 +27,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from types import TracebackType
 from typing import Any, ClassVar, Literal, ParamSpec, Self, TypeAlias, TypeVar
@@ -35,6 +35,7 @@ from uuid import UUID
 
 from memcore.errors import (
     AmbiguousIdError,
+    ConflictError,
     EmbedderMismatchError,
     InvalidInputError,
     RecordNotFoundError,
@@ -70,6 +71,9 @@ from memcore.workers import WorkerPool
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_UPDATE_ATTEMPTS = 8
+"""How many times ``update`` reads a record again that changed between its read and its write."""
+_LAST_NOW = NEVER_EXPIRES - timedelta(microseconds=1)
 _OVERFETCH = 4
 """How many times ``limit`` hits a search with a residue filter reads, and by how much it grows."""
 _MIN_FETCH = 32
@@ -303,10 +307,15 @@ class BaseStore(ABC):
             return batch
         if ttl is None:
             return batch
-        expires_at = self._expiry_after(check_ttl(ttl))
+        expires_at = self.expiry_after(ttl)
         return [record.model_copy(update={"expires_at": expires_at}) for record in batch]
 
-    def _expiry_after(self, ttl: TTL) -> datetime:
+    def expiry_after(self, ttl: TTL) -> datetime:
+        """When a record given ``ttl`` (a timedelta or seconds) now expires.
+
+        :raises InvalidInputError: for a ttl that is not positive and finite, or that ends after
+            :data:`~memcore.records.NEVER_EXPIRES`.
+        """
         try:
             expires_at = self.now() + check_ttl(ttl)
         except OverflowError:
@@ -316,8 +325,19 @@ class BaseStore(ABC):
         return expires_at
 
     def now(self) -> datetime:
-        """The store's time (its :attr:`clock`), in UTC."""
-        return in_utc(self.clock())
+        """The store's time (its :attr:`clock`), in UTC; a clock past the latest expiry reads as
+        the microsecond before it, so records that never expire stay live whatever the clock says.
+
+        :raises InvalidInputError: if the clock does not return a timezone-aware datetime.
+        """
+        moment = self.clock()
+        if not isinstance(moment, datetime):
+            raise InvalidInputError(f"the store's clock must return an aware datetime, got {moment!r}")
+        try:
+            moment = in_utc(moment)
+        except ValueError as exc:
+            raise InvalidInputError(f"the store's clock: {exc}") from None
+        return min(moment, _LAST_NOW)
 
     def _live_condition(self) -> Comparison | None:
         """The implicit read condition beside the scope: not expired at :meth:`now`. Every read
@@ -639,28 +659,59 @@ class BaseStore(ABC):
         if ttl is not KEEP:
             if not self.capabilities.expiry and ttl is not None:
                 raise UnsupportedOperationError(f"the {self.name} store cannot expire records")
-            changes["expires_at"] = None if ttl is None else self._expiry_after(ttl)
-        matrix = None
+            changes["expires_at"] = None if ttl is None else self.expiry_after(ttl)
+        given = None
         if vector is not None:
-            matrix = normalize_rows(check_query_vector(vector, self._expected_dimension()))
-        found = yield from call(self._get, scope, [wanted])
-        if not found:
-            raise RecordNotFoundError(f"no live record {wanted} in {scope}")
-        if len(found) > 1:
-            raise AmbiguousIdError(f"id {wanted} names records in several scopes within {scope}")
-        old = found[0]
-        if content is not None:
-            changes["message"] = old.message.model_copy(update={"content": content})
-        if metadata is not None:
-            merged = {**old.metadata, **metadata}
-            changes["metadata"] = {key: value for key, value in merged.items() if value is not None}
-        [new] = check_records([old.model_copy(update=changes)])
-        if matrix is None:
-            kept = yield from call(self._vectors, old.scope.exact(), [wanted])
-            matrix = kept[0][1].reshape(1, -1) if kept else None
-        if not (yield from call(self._replace, old, new, matrix)):
-            raise RecordNotFoundError(f"record {wanted} in {scope} was deleted or expired before the update")
-        return new
+            given = normalize_rows(check_query_vector(vector, self._expected_dimension()))
+        for _ in range(_UPDATE_ATTEMPTS):
+            found = yield from call(self._get, scope, [wanted])
+            if not found:
+                raise RecordNotFoundError(f"no live record {wanted} in {scope}")
+            if len(found) > 1:
+                raise AmbiguousIdError(f"id {wanted} names records in several scopes within {scope}")
+            old = found[0]
+            if content is not None:
+                changes["message"] = old.message.model_copy(update={"content": content})
+            if metadata is not None:
+                merged = {**old.metadata, **metadata}
+                changes["metadata"] = {key: value for key, value in merged.items() if value is not None}
+            [new] = check_records([old.model_copy(update=changes)])
+            matrix = given if given is not None else (yield from self._kept_vector(old))
+            if (yield from call(self._replace, old, new, matrix)):
+                return new
+            # Deleted, expired or changed since the read: read it again.
+        raise ConflictError(f"record {wanted} kept changing during the update; try again")
+
+    def _kept_vector(self, record: MemoryRecord) -> Plan[Matrix | None]:
+        kept = yield from call(self._vectors, record.scope.exact(), [record.id])
+        return kept[0][1].reshape(1, -1) if kept else None
+
+    def refresh(self, scope: Scope, ids: Sequence[UUID | str], ttl: TTL) -> int:
+        """Give these live records that expire ``ttl`` more from now (never less than they have),
+        leaving ``updated_at`` and everything else as is: LangGraph's refresh on read.
+
+        :returns: how many records now expire later than before.
+        """
+        return run_plan(self._refresh_plan(scope, ids, ttl))
+
+    async def arefresh(self, scope: Scope, ids: Sequence[UUID | str], ttl: TTL) -> int:
+        """:meth:`refresh`, awaited."""
+        return await self._arun(self._refresh_plan(scope, ids, ttl), whole=True)
+
+    def _refresh_plan(self, scope: Scope, ids: Sequence[UUID | str], ttl: TTL) -> Plan[int]:
+        self._check_open()
+        scope = check_scope(scope)
+        wanted = list(dict.fromkeys(check_ids(ids)))
+        expires_at = self.expiry_after(ttl)
+        refreshed = 0
+        for old in (yield from call(self._get, scope, wanted)) if wanted else ():
+            if old.expires_at is None or old.expires_at >= expires_at:
+                continue
+            new = old.model_copy(update={"expires_at": expires_at})
+            vector = yield from self._kept_vector(old)
+            # Not written if the record changed meanwhile: that change was the newer one.
+            refreshed += bool((yield from call(self._replace, old, new, vector)))
+        return refreshed
 
     def scopes(
         self, prefix: Scope, *, depth: int | None = None, limit: int | None = None
@@ -691,6 +742,8 @@ class BaseStore(ABC):
             depth = len(SCOPE_FIELDS)
         if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= len(SCOPE_FIELDS):
             raise InvalidInputError(f"depth must be 1 to {len(SCOPE_FIELDS)}, got {depth!r}")
+        if prefix.is_exact:  # an exact scope sees one scope: never group it wider
+            depth = len(SCOPE_FIELDS)
         bounded = check_limit(limit, required=False)
         counts: dict[tuple[str | None, ...], int] = {}
         for exact, count in (yield from call(self._scopes, prefix)):
@@ -1030,11 +1083,12 @@ class BaseStore(ABC):
         """Delete the records of ``scope`` matching ``node``; how many there were."""
 
     def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
-        """Write ``new`` (same scope and id as ``old``) with ``vector``, only if the record is still
-        stored and live; whether it was. A backend makes the check and the write one step (a
-        lock, a conditional write): this default checks, then writes, and so leaves a window in
-        which a concurrent delete is undone."""
-        if not self._get(old.scope.exact(), [old.id]):
+        """Write ``new`` (same scope and id as ``old``) with ``vector``, only if the stored record is
+        still live and still ``old``; whether it was written (``update`` reads the record again
+        when not). A backend makes the check and the write one step (a lock, a conditional
+        write); one that can only check that the record is live says where it falls short. This
+        default checks, then writes, and so leaves a window in which a concurrent delete is undone."""
+        if self._get(old.scope.exact(), [old.id]) != [old]:
             return False
         self._add([new], vector)
         return True

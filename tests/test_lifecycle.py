@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -13,7 +15,7 @@ from memcore.agent.memories import ChatHistoryMemory, LongtermMemory
 from memcore.agent.policy import MemoryPolicy
 from memcore.embedders.hashing import HashEmbedder
 from memcore.errors import InvalidInputError, RecordNotFoundError, UnsupportedOperationError
-from memcore.records import NOTE_KIND, Message
+from memcore.records import NOTE_KIND, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
 from memcore.stores.in_memory import InMemoryStore
@@ -161,3 +163,125 @@ def test_the_async_twins(store: Store) -> None:
         assert [e.count for e in await store.ascopes(SCOPE)] == [1]
 
     asyncio.run(run())
+
+
+# -- regressions found by an adversarial review -------------------------------------------------
+
+
+def test_an_update_that_raced_another_reads_again_instead_of_writing_back_old_fields(store: Store) -> None:
+    scope = Scope(tenant="t", user_id="u")
+    record = MemoryRecord(scope=scope, message=Message(role="user", content="lives in Paris"))
+    store.add([record], [[1.0, 0.0, 0.0]])
+    read_vector, raced = store._vectors, []
+
+    def vectors_after_another_update(*args: Any) -> Any:  # between this update's read and its write
+        if not raced:
+            raced.append(True)
+            store.update(scope, record.id, content="lives in Berlin", vector=[0.0, 1.0, 0.0])
+        return read_vector(*args)
+
+    store._vectors = vectors_after_another_update  # type: ignore[method-assign]
+    store.update(scope, record.id, metadata={"verified": True})
+    [stored] = store.get(scope, [record.id])
+    assert (stored.message.content, stored.metadata) == ("lives in Berlin", {"verified": True})
+    assert store.vectors(scope, [record.id])[record.id].tolist() == [0.0, 1.0, 0.0]
+
+
+def test_concurrent_updates_of_different_keys_all_land(store: Store) -> None:
+    scope = Scope(tenant="t", user_id="u")
+    record = MemoryRecord(scope=scope, message=Message(role="user", content="x"))
+    store.add([record])
+
+    def set_keys(prefix: str) -> None:
+        for i in range(40):
+            store.update(scope, record.id, metadata={f"{prefix}{i}": i})
+
+    threads = [threading.Thread(target=set_keys, args=(prefix,)) for prefix in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(store.get(scope, [record.id])[0].metadata) == 80
+
+
+def test_consolidation_never_writes_into_another_owners_note(store: Store) -> None:
+    policy = MemoryPolicy(reach="tenant")
+    bob = LongtermMemory(store, HashEmbedder(64), Scope(tenant="acme", user_id="bob"), policy=policy)
+    alice = LongtermMemory(store, HashEmbedder(64), Scope(tenant="acme", user_id="alice"), policy=policy)
+    bobs = bob.remember("Prefers meetings after 10am", metadata={"owner": "bob"})
+    alices = alice.remember("Prefers meetings after 10am", metadata={"owner": "alice"}, ttl=60)
+    assert alices.id != bobs.id and alices.scope.user_id == "alice"
+    assert store.get(bobs.scope, [bobs.id]) == [bobs]
+
+
+def test_refresh_on_read_never_shortens_an_expiry_nor_stamps_updated_at(
+    store: Store, clock: ManualClock
+) -> None:
+    mem = memory(store, ttl=timedelta(hours=1), refresh_on_read=True)
+    note = mem.remember("the passport number ends in 42", ttl=timedelta(days=365))
+    mem.retrieve("passport number")
+    [stored] = store.get(SCOPE, [note.id])
+    assert stored.expires_at == clock.now + timedelta(days=365) and stored.updated_at is None
+
+
+def test_a_malformed_superseded_id_is_refused_before_anything_is_written(store: Store) -> None:
+    mem = memory(store)
+    with pytest.raises(InvalidInputError):
+        mem.remember("a fact about llamas", supersedes=["not-a-uuid"])
+    assert store.count(SCOPE) == 0
+
+
+def test_a_ttl_too_long_is_a_typed_error_in_memories(store: Store) -> None:
+    with pytest.raises(InvalidInputError):
+        memory(store).remember("forever and a day", ttl=timedelta(days=999_999_999))
+    with pytest.raises(InvalidInputError):
+        memory(store, ttl=timedelta(days=999_999_999)).write([Message(role="user", content="hi")])
+    assert store.count(SCOPE) == 0
+
+
+def test_a_clock_past_the_latest_expiry_never_expires_what_never_expires(store: Store) -> None:
+    lasting = MemoryRecord(scope=SCOPE, message=Message(role="user", content="lasting"))
+    store.add([lasting])
+    store.add([MemoryRecord(scope=SCOPE, message=Message(role="user", content="fleeting"))], ttl=60)
+    store.clock = lambda: datetime(2300, 1, 1, tzinfo=UTC)
+    assert store.list(SCOPE) == [lasting]
+    assert store.sweep() == 1 and store.list(SCOPE) == [lasting]
+
+
+@pytest.mark.parametrize("reading", [lambda: "noon", lambda: datetime(2030, 1, 1)])
+def test_a_clock_that_does_not_tell_an_aware_time_is_a_typed_error(store: Store, reading: Any) -> None:
+    store.clock = reading
+    with pytest.raises(InvalidInputError):
+        store.count(SCOPE)
+
+
+def test_scopes_through_an_exact_prefix_answer_exact_scopes_at_any_depth(store: Store) -> None:
+    user = Scope(tenant="t", user_id="u")
+    for scope in (
+        user,
+        user.model_copy(update={"agent_id": "a"}),
+        user.model_copy(update={"session_id": "s"}),
+    ):
+        store.add([MemoryRecord(scope=scope, message=Message(role="user", content="x"))])
+    for depth in (1, 2, 4):
+        [entry] = store.scopes(user.exact(), depth=depth)
+        assert entry.scope.is_exact and entry.count == 1 == store.count(entry.scope)
+
+
+def test_a_migration_during_which_records_expire_checks_out(store: Store) -> None:
+    from memcore.transfer import migrate
+
+    clock = ManualClock()
+    destination = InMemoryStore()
+    store.clock = destination.clock = clock
+    store.add([MemoryRecord(scope=SCOPE, message=Message(role="user", content="keeps"))])
+    store.add([MemoryRecord(scope=SCOPE, message=Message(role="user", content="short"))], ttl=60)
+    write = destination._add
+
+    def slow_add(*args: Any) -> None:  # the copy takes five minutes
+        write(*args)
+        clock.advance(300)
+
+    destination._add = slow_add  # type: ignore[method-assign]
+    assert migrate(store, destination, SCOPE).records == 2
+    assert [r.message.content for r in destination.list(SCOPE)] == ["keeps"]

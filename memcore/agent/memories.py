@@ -48,7 +48,7 @@ from memcore.records import (
 )
 from memcore.scope import Scope
 from memcore.store import KEEP, Store, VectorSpace, _Keep
-from memcore.validation import TTL, Matrix, check_ttl
+from memcore.validation import TTL, Matrix, check_ids, check_ttl
 
 DEFAULT_TOKEN_LIMIT = 4_096
 NO_MEMORIES_NOTE = "No relevant memories were found for this conversation."
@@ -231,7 +231,7 @@ class AgentMemory(ABC):
 
     def _expiry(self) -> datetime | None:
         """When a record written now expires under the policy's ``ttl`` (``None``: never)."""
-        return None if self.policy.ttl is None else self.store.now() + self.policy.ttl
+        return None if self.policy.ttl is None else self.store.expiry_after(self.policy.ttl)
 
     def remember(
         self,
@@ -246,23 +246,29 @@ class AgentMemory(ABC):
         """Store an explicit memory, a note (``kind="note"``), that an agent or a tool decided to keep.
 
         A memory that embeds consolidates at write time: a note of the same speaker (role and
-        name) in the recall scope at least ``policy.consolidation_threshold`` similar is
-        refreshed instead (its text, vector, metadata and expiry replaced, ``updated_at``
-        stamped) and returned, so repeating a fact never piles up copies of it.
+        name) at least ``policy.consolidation_threshold`` similar, in the recall scope and of the
+        memory's own tenant, user and agent (any of their sessions; never another owner's
+        record, which this memory may read but not write), is refreshed instead — its text and
+        vector replaced, ``metadata`` merged in, its expiry set by ``ttl``, ``updated_at``
+        stamped — and returned, so repeating a fact never piles up copies of it.
 
         :param supersedes: ids of older notes this one replaces: they are deleted (from
             history and recall, as :meth:`forget` does) once this one is stored, and their ids
             kept in its ``metadata["supersedes"]``.
         :param ttl: how long the note lives: a timedelta or seconds, ``None`` for ever, or the
-            policy's ``ttl`` (default).
+            policy's ``ttl`` (default; with none, a refreshed note keeps its expiry).
         :returns: the note as stored (the refreshed one, when consolidated).
+        :raises InvalidIdError: for a malformed id in ``supersedes``, before anything is written.
         """
-        retired = [str(record_id) for record_id in supersedes]
+        if isinstance(supersedes, (str, UUID)) or not isinstance(supersedes, Sequence):
+            raise InvalidInputError("supersedes takes a sequence of record ids")
+        retired = [str(record_id) for record_id in check_ids(supersedes)]
         fields = dict(metadata or {})
         if retired:
             fields["supersedes"] = retired
         message = Message(role=role, content=text, name=name)
         lifetime = self.policy.ttl if ttl == POLICY_TTL else None if ttl is None else check_ttl(ttl)
+        expires_at = None if lifetime is None else self.store.expiry_after(lifetime)
         vector = self._vector_of(text)
         note: MemoryRecord | None = None
         similar = self._similar_note(message, vector)
@@ -273,13 +279,12 @@ class AgentMemory(ABC):
                     similar.id,
                     content=text,
                     metadata=fields,
-                    ttl=lifetime,
+                    ttl=KEEP if ttl == POLICY_TTL and lifetime is None else lifetime,
                     vector=None if vector is None else vector[0],
                 )
             except RecordNotFoundError:  # deleted or expired meanwhile: write a new one
                 note = None
         if note is None:
-            expires_at = None if lifetime is None else self.store.now() + lifetime
             note = MemoryRecord(
                 scope=self.scope, message=message, kind=NOTE_KIND, metadata=fields, expires_at=expires_at
             )
@@ -571,30 +576,26 @@ class VectorMemory(AgentMemory):
         if vector is None:
             return None
         hits = self.store.search(
-            self.recall_scope, vector=vector[0], filter={"kind": NOTE_KIND, "role": message.role}, limit=5
+            self.recall_scope, vector=vector[0], filter={"kind": NOTE_KIND, "role": message.role}, limit=10
         )
+        owner = self.scope.as_tuple()[:3]
         threshold = self.policy.consolidation_threshold
         for hit in hits:
-            if hit.score >= threshold and hit.record.message.name == message.name:
-                return hit.record
+            record = hit.record
+            if hit.score < threshold:
+                break
+            if record.message.name == message.name and record.scope.as_tuple()[:3] == owner:
+                return record
         return None
 
     def _refreshed(self, hits: list[ContextRecord]) -> list[ContextRecord]:
-        """``hits``, each that expires given ``policy.ttl`` more from now (``refresh_on_read``)."""
+        """``hits``, after those that expire were given ``policy.ttl`` more from now, never less
+        than they had (``refresh_on_read``; :meth:`memcore.store.BaseStore.refresh`)."""
         ttl = self.policy.ttl
-        if not self.policy.refresh_on_read or ttl is None:
-            return hits
-        refreshed = []
-        for hit in hits:
-            record = hit.record
-            if record.expires_at is not None:
-                try:
-                    record = self.store.update(record.scope.exact(), record.id, ttl=ttl)
-                except RecordNotFoundError:
-                    continue  # expired or deleted since the read: not shown
-                hit = hit.model_copy(update={"record": record})
-            refreshed.append(hit)
-        return refreshed
+        expiring = [hit.record.id for hit in hits if hit.record.expires_at is not None]
+        if self.policy.refresh_on_read and ttl is not None and expiring:
+            self.store.refresh(self.recall_scope, expiring, ttl)
+        return hits
 
     def _latest_user_message(self, window: Sequence[ContextRecord] = ()) -> str | None:
         for item in reversed(window):

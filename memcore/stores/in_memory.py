@@ -90,9 +90,9 @@ class InMemoryStore(BaseStore):
             return len(matching)
 
     def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
-        with self._lock:  # the check and the write as one step: a delete lands before or after both
-            if not self._index.get(old.scope.exact(), [old.id], self._live_micros()):
-                return False
+        with self._lock:  # check and write as one step: a delete or a write lands before or after both
+            if self._index.get(old.scope.exact(), [old.id], self._live_micros()) != [old]:
+                return False  # deleted, expired or changed since ``old`` was read
             self._add([new], vector)
             return True
 

@@ -468,10 +468,10 @@ class JsonlStore(BaseStore):
             return self._index.count(scope, node, self._live_micros())
 
     def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
-        with self._lock:  # the check and the write as one step: a delete lands before or after both
+        with self._lock:  # check and write as one step: a delete or a write lands before or after both
             self._check_open()
-            if not self._index.get(old.scope.exact(), [old.id], self._live_micros()):
-                return False
+            if self._index.get(old.scope.exact(), [old.id], self._live_micros()) != [old]:
+                return False  # deleted, expired or changed since ``old`` was read
             self._add([new], vector)
             return True
 
