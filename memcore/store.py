@@ -22,7 +22,9 @@ import asyncio
 import builtins
 import itertools
 import os
+import random
 import threading
+import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -71,8 +73,10 @@ from memcore.workers import WorkerPool
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_UPDATE_ATTEMPTS = 8
-"""How many times ``update`` reads a record again that changed between its read and its write."""
+_UPDATE_ATTEMPTS = 20
+"""How many times ``update`` reads a record again that changed between its read and its write
+(waiting a random moment, up to twice as long each time, so that writers that keep colliding
+spread out)."""
 _LAST_NOW = NEVER_EXPIRES - timedelta(microseconds=1)
 _OVERFETCH = 4
 """How many times ``limit`` hits a search with a residue filter reads, and by how much it grows."""
@@ -663,7 +667,9 @@ class BaseStore(ABC):
         given = None
         if vector is not None:
             given = normalize_rows(check_query_vector(vector, self._expected_dimension()))
-        for _ in range(_UPDATE_ATTEMPTS):
+        for attempt in range(_UPDATE_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
             found = yield from call(self._get, scope, [wanted])
             if not found:
                 raise RecordNotFoundError(f"no live record {wanted} in {scope}")

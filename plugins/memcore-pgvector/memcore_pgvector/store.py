@@ -77,6 +77,7 @@ _UPSERT = (
 _REPLACE = f"UPDATE {{}} SET {', '.join(f'{c} = %s' for c in _RECORD_COLUMNS)} WHERE "
 _SCOPE_COUNTS = f"SELECT {', '.join(SCOPE_FIELDS)}, count(*) FROM {{}} WHERE {{}} GROUP BY 1, 2, 3, 4"
 _DIMENSION = "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding'"
+_LOCK_RECORD = "SELECT record FROM {} WHERE "
 _NEWEST_FIRST = " ORDER BY created_at DESC, id DESC, key DESC LIMIT %s"
 
 
@@ -370,14 +371,19 @@ class PgvectorStore(BaseStore):
         return written
 
     def _replace_session(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> Session[bool]:
-        """One ``UPDATE`` of the record's row (by key: its scope and id) that sets every column of
-        ``new`` only where the row is still live: a delete committed first leaves it nothing to
-        change, and one that waits for its row lock deletes the updated row. No row is ever
-        inserted, so an update cannot bring a deleted record back."""
+        """In one transaction: lock the record's row (by key: its scope and id) if it is still live
+        and still holds ``old``, then one ``UPDATE`` setting every column of ``new``. A delete
+        committed first leaves nothing to lock, one that waits for the row lock deletes the
+        updated row, and an update that committed first changed the record, so this one reads it
+        again. No row is ever inserted, so an update cannot bring a deleted record back."""
         [row] = _rows([new], vector)
+        text, values = _where(("key = %s", [storage_id(old.scope, old.id)]), compile_filter(self._live(None)))
+        lock = sql.SQL(_LOCK_RECORD + text + " FOR UPDATE").format(self._tables.records)
+        locked = yield Statement(lock, values)
+        if not locked or _record(locked[0][0]) != old:
+            return False
         if vector is not None and self._dimension != vector.shape[1]:
             yield from self._fix_dimension(vector.shape[1])
-        text, values = _where(("key = %s", [storage_id(old.scope, old.id)]), compile_filter(self._live(None)))
         statement = sql.SQL(_REPLACE + text).format(self._tables.records)
         changed = yield Statement(statement, [*row[_FIRST_RECORD_COLUMN:], *values], result="rowcount")
         return bool(changed == 1)
