@@ -321,6 +321,25 @@ class LifecycleTests(StoreFixtures):
             assert not errors, errors
             assert store.get(scope, [record.id]) == [], f"round {round_}: an update revived a deleted record"
 
+    def test_concurrent_updates_of_one_record_all_land(self, store: Store) -> None:
+        """Two writers setting different metadata keys of one record: neither writes back the
+        other's old metadata (``update`` reads the record again when it changed under it)."""
+        scope = new_scope()
+        record = make_record(scope)
+        store.add([record], random_vectors(1))
+
+        def set_keys(prefix: str) -> None:
+            for i in range(15):
+                store.update(scope, record.id, metadata={f"{prefix}{i}": i})
+
+        writers = [threading.Thread(target=set_keys, args=(prefix,)) for prefix in "ab"]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        [stored] = store.get(scope, [record.id])
+        assert {f"{prefix}{i}" for prefix in "ab" for i in range(15)} <= set(stored.metadata)
+
     def test_reads_racing_updates_see_the_old_record_or_the_new_one(self, store: Store) -> None:
         scope = new_scope()
         record = make_record(scope, "version 0")

@@ -284,27 +284,31 @@ class QdrantStore(BaseStore):
         return await self._arun_session("update a record", self._replace_session(old, new, vector))
 
     def _replace_session(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> Session[bool]:
-        """Count the record, live, in its exact scope; if it is there, overwrite its point with a
-        conditional upsert (``update_only``, on the same condition), which never writes a point
-        that is missing or expired by the time it is applied.
+        """Overwrite the record's point with a conditional upsert (``update_only``) whose condition
+        is that the point is live and still holds the very record JSON ``old`` was read from:
+        Qdrant checks it and writes in one step, so a record deleted, expired or changed by
+        another update since it was read is never overwritten (nor a deleted one brought back).
 
-        Embedded, the whole session runs under the engine's lock, which every write of this
-        process takes (another process cannot open the store), so nothing comes between the count
-        and the write. On a server, the upsert's condition is checked and applied in one step by
-        Qdrant, so an update never brings back a record deleted or expired before it; what remains
-        is the window between the count and the upsert, in which another client (or this
-        process's async API, which takes no lock) may delete the record: the upsert then writes
-        nothing, and the update reports success for a record that is gone, as if the delete came
-        just after it.
+        Qdrant does not say whether a conditional upsert wrote, so the point is read back: if it
+        does not hold ``new``, this returns ``False`` and ``update`` reads the record again and
+        reapplies its change. (Embedded, the session runs under the engine's lock, so the write
+        always lands when the condition held at the first read.)
         """
         where = scoped(old.scope.exact(), with_ids([old.id]), self._alive())
-        if not (yield from engine_call(self._engine.count, where)):
+        found = yield from engine_call(self._engine.scroll, where)
+        if len(found) != 1 or fields.from_payload(found[0].payload) != old:
             return False
+        unchanged = Clause(
+            must=(*where.must, Match(fields.RECORD, found[0].payload[fields.RECORD])),
+            should=where.should,
+            must_not=where.must_not,
+        )
         if vector is not None:
             yield from self._ensure_dimension(vector.shape[1])
         point = _point(new, None if vector is None else vector[0])
-        yield from engine_call(self._engine.replace, point, where)
-        return True
+        yield from engine_call(self._engine.replace, point, unchanged)
+        written = yield from engine_call(self._engine.scroll, where)
+        return len(written) == 1 and fields.from_payload(written[0].payload) == new
 
     def _ensure_dimension(self, dimension: int) -> Session[None]:
         current = yield from engine_call(self._engine.dimension)

@@ -250,11 +250,15 @@ def test_every_read_and_delete_sends_the_scope_first_and_every_read_the_live_con
             return Clause(must=(*scope, match, Clause(must_not=(alive,))))
 
         removal = Clause(must=(*ALICE_FIRST, MatchAny(fields.RECORD_ID, (str(records[1].id),))))
+        was = read(exact, records[2])
+        unchanged = Clause(must=(*was.must, Match(fields.RECORD, records[2].model_dump_json())))
         assert by_id == [
             read(ALICE_FIRST, records[0]),  # get
             read(ALICE_FIRST, records[0]),  # vectors
             read(ALICE_FIRST, records[2]),  # update: the record, through the scope given,
-            *[read(exact, records[2])] * 3,  # then its vector, its count and its write, in its exact scope
+            *[read(exact, records[2])] * 2,  # then its vector and its point, in its exact scope,
+            unchanged,  # its write, on condition that the point still holds the record read,
+            read(exact, records[2]),  # and the point read back
             removal,  # delete: counted,
             removal,  # then deleted
         ]
