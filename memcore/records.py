@@ -206,6 +206,17 @@ class MemoryRecord(MemcoreModel):
     expires_at: datetime | None = None
     updated_at: datetime | None = None
 
+    @pydantic.model_serializer(mode="wrap")
+    def _omit_no_lifecycle(self, handler: pydantic.SerializerFunctionWrapHandler) -> Any:
+        # A record that never expires and was never updated serialises as it did before these
+        # fields existed: every store's copy stays as small, and older readers still parse it.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("expires_at", "updated_at"):
+                if key in data and data[key] is None:
+                    del data[key]
+        return data
+
     @property
     def expires(self) -> datetime:
         """When the record expires, :data:`NEVER_EXPIRES` if it does not: the value filters compare."""
