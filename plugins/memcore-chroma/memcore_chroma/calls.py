@@ -15,22 +15,23 @@ from memcore import sessions
 
 R = TypeVar("R")
 
+Method: TypeAlias = Literal["get", "query", "upsert", "update", "delete"]
+"""The collection methods sessions call (the same on ``Collection`` and ``AsyncCollection``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CollectionCall:
     """``collection.<method>(**kwargs)``, doing ``action`` (for error messages)."""
 
     action: str
-    method: Literal["get", "query", "upsert", "delete"]
+    method: Method
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 Session: TypeAlias = sessions.Session[CollectionCall, R]
 
 
-def collection_call(
-    action: str, method: Literal["get", "query", "upsert", "delete"], **kwargs: Any
-) -> Session[Any]:
+def collection_call(action: str, method: Method, **kwargs: Any) -> Session[Any]:
     """Inside a session: ``found = yield from collection_call("reading records", "get", ids=...)``."""
     result = yield CollectionCall(action, method, kwargs)
     return result

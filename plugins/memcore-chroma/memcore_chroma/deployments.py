@@ -62,7 +62,7 @@ class ChromaStore(ChromaStoreBase):
 
     name: ClassVar[str] = "chroma"
     schemes: ClassVar[tuple[str, ...]] = ("chroma",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, expiry=True)
 
     def __init__(
         self,
@@ -102,7 +102,7 @@ class ChromaMemoryStore(ChromaStoreBase):
 
     name: ClassVar[str] = "chroma-memory"
     schemes: ClassVar[tuple[str, ...]] = ("chroma+memory",)
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, ann=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=False, ann=True, expiry=True)
 
     def __init__(self, *, dimension: int | None = None) -> None:
         check_dimension(dimension)
@@ -142,7 +142,7 @@ class ChromaHttpStore(ChromaStoreBase):
 
     name: ClassVar[str] = "chroma-http"
     schemes: ClassVar[tuple[str, ...]] = ("chroma+http", "chroma+https")
-    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True, expiry=True)
 
     def __init__(
         self,
@@ -224,6 +224,23 @@ class ChromaHttpStore(ChromaStoreBase):
         async with reader.write_lock:
             return await arun_session(session, reader.make, self._worker_pool().run, heavy=many_entries)
 
+    async def _areplace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        """:meth:`_replace` under the async API's write lock, which its writes and deletes take: on
+        this loop, another write lands before the check or after the write. Once the dimension is
+        settled the check and the write are one session on the async client; before, the sync
+        :meth:`_replace` runs on the workers (it may write collection metadata, or rebuild), the
+        lock still held."""
+        reader = self._async_reader()
+        async with reader.write_lock:
+            if not settled(self._meta):
+                return await self._worker_pool().run(self._replace, old, new, vector)
+            session = self._replace_session(old, new, vector, self._meta)
+            written, _ = await arun_session(session, reader.make, self._worker_pool().run, heavy=many_entries)
+            return written
+
+    async def _ascopes(self, prefix: Scope) -> list[tuple[Scope, int]]:
+        return await self._read(self._scopes_session(prefix))
+
     async def _aadd(self, records: list[MemoryRecord], vectors: Matrix | None) -> None:
         if len(records) >= OFFLOAD_AT or not settled(self._meta):
             # Encoding a large batch is CPU work; an unsettled dimension may need metadata
@@ -263,11 +280,13 @@ class ChromaHttpStore(ChromaStoreBase):
         self._reader.close()
         super()._close()
 
-    def purge(self) -> None:
+    def _purge(self) -> None:
         """Refused: on a server, a rebuild would lose other clients' concurrent writes.
 
-        Run :meth:`rebuild_exclusively` during maintenance instead, and the
-        server's ``chroma vacuum`` to compact its SQLite file.
+        ``purge()`` has deleted the expired records by then (``sweep()``: deletes, which are safe
+        on a server); erasing what deletes leave is what is refused. Run
+        :meth:`rebuild_exclusively` during maintenance instead, and the server's ``chroma vacuum``
+        to compact its SQLite file.
 
         With ``exclusive=True`` (``?exclusive=true``: this store is the collection's only
         client), it is :meth:`rebuild_exclusively`.

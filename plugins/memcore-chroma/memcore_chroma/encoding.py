@@ -13,6 +13,10 @@ One record is one Chroma entry:
     record_id                          the record's own id, what reads by id select on
     role, kind                         strings
     created_at                         microseconds since the epoch (an int, exact)
+    expires_at                         when the record expires, in the same unit; a record that
+                                       never expires holds NEVER_EXPIRES (2**53 - 1), so that every
+                                       entry has the key: a ``where`` on a key an entry lacks never
+                                       matches it (older collections are backfilled at open)
     vec                                whether the record has a real vector
     m.<key>                            a scalar metadata value; numbers as floats
     l.<key>                            a non-empty list metadata value
@@ -49,6 +53,7 @@ RECORD_ID_KEY = "record_id"
 """The record's own id: an entry's Chroma id is its :func:`entry_id`."""
 VECTOR_KEY = "vec"
 CREATED_AT_KEY = "created_at"
+EXPIRES_AT_KEY = "expires_at"
 TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST = "str", "bool", "num", "list"
 VALUE_TYPES = (TYPE_STR, TYPE_BOOL, TYPE_NUM, TYPE_LIST)
 
@@ -136,16 +141,26 @@ def scope_clauses(scope: Scope) -> list[Where]:
 
 def scope_key(fields: tuple[str | None, ...]) -> str:
     """The :data:`SCOPE_KEY` of a record whose scope has these four fields (:meth:`Scope.digest`)."""
+    return scope_of(fields).digest()
+
+
+def scope_of(fields: tuple[str | None, ...]) -> Scope:
+    """The scope with these four fields, as stored (not validated again: a record stored before
+    every scope had a tenant has none)."""
     tenant, user_id, agent_id, session_id = fields
-    return Scope.model_construct(
-        tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id
-    ).digest()
+    return Scope.model_construct(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id)
 
 
 def stored_scope(metadata: dict[str, Any] | None) -> tuple[str | None, ...]:
     """The scope tuple recorded in an entry's flat metadata."""
     metadata = metadata or {}
     return tuple(metadata.get(f"{SCOPE_PREFIX}{name}") for name in SCOPE_FIELDS)
+
+
+def live_clauses(now_micros: int | None) -> list[Where]:
+    """The implicit read condition as ``where`` clauses: the entries expiring after ``now_micros``
+    (epoch microseconds; ``None``: no condition, none)."""
+    return [] if now_micros is None else [{EXPIRES_AT_KEY: {"$gt": now_micros}}]
 
 
 def all_of(clauses: list[Where]) -> Where | None:

@@ -10,7 +10,8 @@ A compiled filter is always a *superset* of what the reference evaluator
 
 What is exact (the layout is described in :mod:`memcore_chroma.encoding`):
 
-* ``role``, ``kind``, ``created_at`` (microseconds): every operator;
+* ``role``, ``kind``, ``created_at`` and ``expires_at`` (microseconds; every entry holds both,
+  see :mod:`memcore_chroma.encoding`): every operator;
 * strings: ``$eq``/``$in`` match a scalar or any list element (``m.k`` or
   ``$contains`` on ``l.k``), ``$ne``/``$nin`` their negations (Chroma's ``$ne``,
   ``$nin`` and ``$not_contains`` match records lacking the key, as memcore's do);

@@ -1,7 +1,7 @@
 """Find, create and check a store's collection, and what its metadata keeps.
 
 The collection's metadata keeps the layout's format (:data:`FORMAT`; a collection of
-:data:`FORMAT_1` is migrated when a store opens it), the vector dimension
+:data:`FORMAT_1` or :data:`FORMAT_2` is migrated when a store opens it), the vector dimension
 (``memcore.dimension``, fixed by the first vector or by ``?dimension=``), the
 dimension of what its index holds (``memcore.index_dimension``: the stand-in
 vectors of records without one are written in it before the first real vector
@@ -22,13 +22,28 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import NotFoundError
 
 from memcore.errors import DimensionMismatchError, InvalidInputError, StoreCorruptedError
-from memcore_chroma.encoding import RECORD_ID_KEY, SCOPE_KEY, decode, entry_id, scope_key, stored_scope
+from memcore.records import NEVER_EXPIRES, epoch_micros
+from memcore_chroma.encoding import (
+    EXPIRES_AT_KEY,
+    RECORD_ID_KEY,
+    SCOPE_KEY,
+    decode,
+    entry_id,
+    scope_key,
+    stored_scope,
+)
 
-FORMAT = "memcore-chroma/2"
+FORMAT = "memcore-chroma/3"
 """Entries named by :func:`~memcore_chroma.encoding.entry_id`, with their record's id in
-:data:`~memcore_chroma.encoding.RECORD_ID_KEY`."""
+:data:`~memcore_chroma.encoding.RECORD_ID_KEY`, each with its
+:data:`~memcore_chroma.encoding.EXPIRES_AT_KEY`."""
+FORMAT_2 = "memcore-chroma/2"
+"""The format before records could expire: entries without
+:data:`~memcore_chroma.encoding.EXPIRES_AT_KEY` (:func:`backfill_expiry` gives it to them)."""
 FORMAT_1 = "memcore-chroma/1"
 """The format before records were (exact scope, id): entries named by their record's id alone."""
+FORMATS = (FORMAT, FORMAT_2, FORMAT_1)
+"""The formats a store opens: the older ones are migrated to :data:`FORMAT` (:func:`migrate`)."""
 META_FORMAT = "memcore.format"
 META_DIMENSION = "memcore.dimension"
 META_INDEX_DIMENSION = "memcore.index_dimension"
@@ -138,8 +153,8 @@ def checked_metadata(collection: Collection, name: str, dimension: int | None) -
     """The metadata ``collection`` should have, after checking that memcore can use it.
 
     :raises InvalidInputError: if memcore did not write its entries, or it is not cosine.
-    :raises StoreCorruptedError: if it is in a format other than :data:`FORMAT` or :data:`FORMAT_1`
-        (which :func:`migrate_entry_ids` then upgrades).
+    :raises StoreCorruptedError: if it is in none of the :data:`FORMATS` (:func:`migrate` then
+        upgrades an older one).
     :raises DimensionMismatchError: if it holds vectors of another dimension than ``dimension``.
     """
     meta = dict(collection.metadata or {})
@@ -150,7 +165,7 @@ def checked_metadata(collection: Collection, name: str, dimension: int | None) -
                 "open another collection (?collection=...)"
             )
         meta[META_FORMAT] = FORMAT
-    if meta[META_FORMAT] not in (FORMAT, FORMAT_1):
+    if meta[META_FORMAT] not in FORMATS:
         raise StoreCorruptedError(
             f"the Chroma collection {name!r} is in the format {meta[META_FORMAT]!r}, not {FORMAT!r}"
         )
@@ -209,6 +224,56 @@ def backfill_scope_keys(collection: Collection) -> int:
             collection.update(ids=list(stale), metadatas=[{SCOPE_KEY: key} for key in stale.values()])
             fixed += len(stale)
         offset += len(page["ids"])
+
+
+NEVER_EXPIRES_MICROS = epoch_micros(NEVER_EXPIRES)
+"""The :data:`~memcore_chroma.encoding.EXPIRES_AT_KEY` of a record that never expires (2**53 - 1)."""
+
+
+def migrate(collection: Collection, stored_format: str) -> None:
+    """Bring a collection of an older format (one of :data:`FORMATS`) to :data:`FORMAT`.
+
+    Each step can stop anywhere and run again: the store calls this at open (holding the write
+    lock) until :data:`META_FORMAT` says :data:`FORMAT`, which it writes only once this returns.
+    """
+    if stored_format == FORMAT_1:
+        migrate_entry_ids(collection)
+    if stored_format in (FORMAT_1, FORMAT_2):
+        backfill_expiry(collection)
+
+
+def backfill_expiry(collection: Collection) -> int:
+    """Give every entry without :data:`~memcore_chroma.encoding.EXPIRES_AT_KEY` the expiry of a
+    record that never expires (:data:`NEVER_EXPIRES_MICROS`).
+
+    Entries written before records could expire (:data:`FORMAT_2`) lack the key, and Chroma's
+    ``where`` never matches a key an entry lacks: the implicit read condition ``expires_at > now``
+    would hide them, and filters on ``expires_at`` would miss them. Only the key is written
+    (``update`` merges it into the entry's metadata; documents, vectors and other keys stay). Pages
+    are read by offset; a pass that gave entries their key is followed by another, until one finds
+    none to fix, so that an entry shifted past a page meanwhile (by a concurrent delete of another
+    client of a server) is not left out. The JSON documents need no change: a record without
+    ``expires_at`` never expires.
+
+    :returns: how many entries were given their key.
+    """
+    fixed = 0
+    while True:
+        fixed_now, offset = 0, 0
+        while True:
+            page = collection.get(include=["metadatas"], limit=BACKFILL_PAGE, offset=offset)
+            if not page["ids"]:
+                break
+            metadatas = page["metadatas"] or []
+            missing = [i for i, m in zip(page["ids"], metadatas, strict=True) if EXPIRES_AT_KEY not in m]
+            if missing:
+                never: dict[str, Any] = {EXPIRES_AT_KEY: NEVER_EXPIRES_MICROS}
+                collection.update(ids=missing, metadatas=[never] * len(missing))
+                fixed_now += len(missing)
+            offset += len(page["ids"])
+        if not fixed_now:
+            return fixed
+        fixed += fixed_now
 
 
 def migrate_entry_ids(collection: Collection) -> int:

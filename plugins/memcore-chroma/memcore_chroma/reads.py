@@ -13,15 +13,16 @@ that settles the rest.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+from memcore.errors import StoreError
 from memcore.filters import Filter
 from memcore.kit import clamp_score, order_key
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.validation import Matrix
-from memcore_chroma.calls import Session, collection_call
+from memcore_chroma.calls import Method, Session, collection_call
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
     RECORD_ID_KEY,
@@ -40,6 +41,9 @@ LISTING_SAMPLE = 2
 """An ordered read with a limit first times the ``LISTING_SAMPLE * limit`` records inserted last
 (or first) to bound what it reads (see :func:`newest_or_oldest`)."""
 
+LOST_ENTRY_RETRIES = 3
+"""How many times :func:`asked_again_if_an_entry_vanished` asks in all."""
+
 T = TypeVar("T")
 
 
@@ -50,6 +54,24 @@ def candidates(where: Where | None, ids: Sequence[str] | None = None) -> Session
         "reading records", "get", ids=chosen, where=where, include=["documents"]
     )
     return decode_found(found)
+
+
+def asked_again_if_an_entry_vanished(action: str, method: Method, **kwargs: Any) -> Session[Any]:
+    """``collection.<method>(**kwargs)``, asked again if an entry changed under the read.
+
+    A Chroma server (1.5) sometimes raises "Error finding id" (an internal error) when another
+    client writes or deletes a selected entry between its lookups: a ``get`` of embeddings with
+    metadata racing a delete (about 1 read in 15 in a tight loop), a ``query`` racing upserts
+    (rarer). Asked again, it reads the entries as they are now.
+    """
+    attempt = 1
+    while True:
+        try:
+            return (yield from collection_call(action, method, **kwargs))
+        except StoreError as error:
+            if attempt == LOST_ENTRY_RETRIES or "error finding id" not in str(error).lower():
+                raise
+            attempt += 1
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -139,7 +161,7 @@ def vector_search(
     """
     fetch = limit if exact_where else max(limit * 4, MIN_OVERFETCH)
     while True:
-        found = yield from collection_call(
+        found = yield from asked_again_if_an_entry_vanished(
             "searching",
             "query",
             query_embeddings=query,
@@ -175,7 +197,7 @@ def exact_search(
     limit: int,
 ) -> Session[list[ScoredRecord]]:
     """Rank every candidate by cosine similarity with numpy (vectors are stored unit-length)."""
-    found = yield from collection_call(
+    found = yield from asked_again_if_an_entry_vanished(
         "searching exactly", "get", where=where, include=["embeddings", "documents"]
     )
     if not found["ids"]:

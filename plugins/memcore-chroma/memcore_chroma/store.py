@@ -12,7 +12,10 @@ record's id in the entry's metadata within the scope, so that a wide scope finds
 the id's record in each of its exact scopes.
 
 Reads compile the scope and the filter into one ``where``
-(:mod:`memcore_chroma.filters`). When that ``where`` is exact, counts and
+(:mod:`memcore_chroma.filters`), with the implicit read condition of every read beside them:
+``expires_at > now`` (the store's :attr:`~memcore.store.BaseStore.clock`, a client-side value),
+so that Chroma never returns an expired record; deletes leave it out, so that they reach
+expired records (``sweep()``, ``purge()``). When that ``where`` is exact, counts and
 limits go to Chroma as they are; when it is a superset, candidates are
 fetched (over-fetching, then fetching more until ``limit`` hits or no more
 candidates) and post-filtered with :func:`memcore.filters.evaluate`
@@ -20,6 +23,13 @@ candidates) and post-filtered with :func:`memcore.filters.evaluate`
 search is a case-insensitive substring match evaluated here, over the
 scope's candidates: Chroma's ``where_document`` ``$contains`` is
 case-sensitive.
+
+``update`` writes through :meth:`ChromaStoreBase._replace`, a compare-and-swap: the check that the
+record is still live and still the one ``update`` read, and Chroma's ``update`` (which writes only
+ids that exist, so a delete that slips in between is never undone), in one step under the write
+lock every write and delete takes too (the process's thread lock; the server's async API, its
+asyncio lock). ``scopes()`` reads the scope keys of the
+entries a prefix sees (:meth:`ChromaStoreBase._scopes`): Chroma has no grouping.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import numpy as np
@@ -59,11 +69,15 @@ from memcore_chroma.encoding import (
     VECTOR_KEY,
     Where,
     all_of,
+    decode_found,
     encode,
     entry_id,
     flat_metadata,
+    live_clauses,
     placeholder_vectors,
     scope_clauses,
+    scope_of,
+    stored_scope,
 )
 from memcore_chroma.errors import ExclusiveMaintenanceError, partly_written, translated
 from memcore_chroma.filters import CompiledFilter, compile_filter, expresses
@@ -80,7 +94,7 @@ from memcore_chroma.opening import (
     checked_metadata,
     ef_search_of,
     int_value,
-    migrate_entry_ids,
+    migrate,
     open_collection,
     settled,
 )
@@ -131,7 +145,7 @@ class ChromaStoreBase(BaseStore):
                         backfill_scope_keys(self._collection)
                         meta[META_SCOPE_KEYS] = True
                     if meta[META_FORMAT] != FORMAT:
-                        migrate_entry_ids(self._collection)
+                        migrate(self._collection, meta[META_FORMAT])
                         meta[META_FORMAT] = FORMAT
                 if meta != self._meta:
                     self._write_meta(meta)
@@ -244,10 +258,23 @@ class ChromaStoreBase(BaseStore):
     # -- plumbing --------------------------------------------------------------
 
     def _where(self, scope: Scope, compiled: CompiledFilter, *extra: Where) -> Where | None:
+        """The ``where`` of a read: ``scope``, ``compiled``, the implicit read condition
+        (:meth:`_live_where`) and ``extra``."""
+        return self._deleting_where(scope, compiled, *self._live_where(), *extra)
+
+    @staticmethod
+    def _deleting_where(scope: Scope, compiled: CompiledFilter, *extra: Where) -> Where | None:
+        """The ``where`` of a delete: ``scope``, ``compiled`` and ``extra``, expired records included."""
         clauses = scope_clauses(scope)
         if compiled.where is not None:
             clauses.append(compiled.where)
         return all_of([*clauses, *extra])
+
+    def _live_where(self) -> list[Where]:
+        """The implicit read condition, ``expires_at > now``, as ``where`` clauses: a separate
+        clause, so that it reaches Chroma even when a filter too large for a ``where`` is
+        evaluated here instead (:func:`~memcore_chroma.filters.compile_filter`)."""
+        return live_clauses(self._live_micros())
 
     def _run(self, session: Session[T]) -> T:
         """Run a read's session (:mod:`memcore_chroma.calls`) through the sync client."""
@@ -256,12 +283,15 @@ class ChromaStoreBase(BaseStore):
     def _make(self, call: CollectionCall) -> Any:
         return self._call(call.action, lambda collection: getattr(collection, call.method)(**call.kwargs))
 
-    def _matching_entries(self, scope: Scope, node: Filter | None) -> Session[tuple[list[str], Where | None]]:
-        """The entry ids of the records in ``scope`` that match ``node``, and a ``where`` selecting them."""
+    def _matching_entries(
+        self, scope: Scope, node: Filter | None, *, live: bool
+    ) -> Session[tuple[list[str], Where | None]]:
+        """The entry ids of the records in ``scope`` that match ``node`` (only the live ones if
+        ``live``, else expired ones too), and a ``where`` selecting them."""
         compiled = compile_filter(node)
         if compiled.nothing:
             return [], None
-        where = self._where(scope, compiled)
+        where = self._where(scope, compiled) if live else self._deleting_where(scope, compiled)
         if compiled.exact:
             found = yield from collection_call("finding records", "get", where=where, include=[])
             return found["ids"], where
@@ -269,11 +299,11 @@ class ChromaStoreBase(BaseStore):
         return [entry_id(r) for r in records if compiled.admits(node, r)], where
 
     @staticmethod
-    def _of_ids(scope: Scope, ids: list[UUID]) -> Iterator[Where | None]:
+    def _of_ids(scope: Scope, ids: list[UUID], live: list[Where]) -> Iterator[Where | None]:
         """``where`` documents selecting the records of ``ids`` in ``scope``, in every exact scope
-        within it (:data:`PAGE_SIZE` ids each)."""
+        within it (:data:`PAGE_SIZE` ids each), that ``live`` (:meth:`_live_where`, or none) admits."""
         for chunk in chunks(ids, PAGE_SIZE):
-            yield all_of([*scope_clauses(scope), {RECORD_ID_KEY: {"$in": [str(i) for i in chunk]}}])
+            yield all_of([*scope_clauses(scope), {RECORD_ID_KEY: {"$in": [str(i) for i in chunk]}}, *live])
 
     # -- writing ---------------------------------------------------------------
 
@@ -292,6 +322,20 @@ class ChromaStoreBase(BaseStore):
         existing = yield from collection_call(
             "reading replaced records", "get", ids=entries, include=["metadatas"]
         )
+        return (yield from self._write_session("upsert", records, vectors, meta, existing))
+
+    def _write_session(
+        self,
+        method: Literal["upsert", "update"],
+        records: list[MemoryRecord],
+        vectors: Matrix | None,
+        meta: Meta,
+        existing: Any,
+    ) -> Session[Meta]:
+        """Write ``records`` with ``method`` (a call per :data:`PAGE_SIZE`), removing the metadata
+        keys their entries hold in ``existing`` (a ``get`` of them with ``metadatas``) that they
+        no longer have; the collection metadata to write once they are in."""
+        entries = [entry_id(record) for record in records]
         previous = {
             entry: set(meta) for entry, meta in zip(existing["ids"], existing["metadatas"] or [], strict=True)
         }
@@ -314,7 +358,7 @@ class ChromaStoreBase(BaseStore):
                 with self._undone_on_failure(entries[batch]):
                     yield from collection_call(
                         "writing records",
-                        "upsert",
+                        method,
                         ids=entries[batch],
                         embeddings=embeddings[batch],
                         documents=documents[batch],
@@ -422,7 +466,7 @@ class ChromaStoreBase(BaseStore):
 
     def _delete_session(self, scope: Scope, ids: list[UUID]) -> Session[int]:
         entries: list[str] = []
-        for where in self._of_ids(scope, ids):
+        for where in self._of_ids(scope, ids, []):
             entries += (yield from collection_call("finding records", "get", where=where, include=[]))["ids"]
         return (yield from self._deletion(entries, all_of(scope_clauses(scope))))
 
@@ -431,8 +475,71 @@ class ChromaStoreBase(BaseStore):
             return self._run(self._delete_where_session(scope, node))
 
     def _delete_where_session(self, scope: Scope, node: Filter | None) -> Session[int]:
-        entries, where = yield from self._matching_entries(scope, node)
+        entries, where = yield from self._matching_entries(scope, node, live=False)
         return (yield from self._deletion(entries, where))
+
+    def _replace(self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None) -> bool:
+        """Write ``new`` if the entry of ``old`` is still live and still holds ``old``: the check and
+        the write in one step under the write lock, which this process's other writes and deletes
+        take too (see :meth:`_replace_session`)."""
+        with self._connection.write_lock:
+            meta = self._meta if settled(self._meta) else self._fresh_meta()
+            written, updates = self._run(self._replace_session(old, new, vector, meta))
+            if updates:
+                self._write_meta(updates)
+            return written
+
+    def _replace_session(
+        self, old: MemoryRecord, new: MemoryRecord, vector: Matrix | None, meta: Meta
+    ) -> Session[tuple[bool, Meta]]:
+        """Whether the entry of ``old`` is live and still holds ``old`` (a compare-and-swap: the
+        document is read and decoded, and compared with ``old``), and if so ``new`` written over it
+        with Chroma's ``update`` (hold the write lock); the collection metadata to write once it is in.
+
+        ``update`` writes only entries that exist (an id that does not is skipped, not created):
+        a delete that lands between the check and the write, from a client this process's write
+        lock does not serialise (another process on a server), makes the write a no-op instead of
+        bringing the record back. Another client's write that lands there is overwritten: Chroma
+        has no conditional write (see the README).
+        """
+        where = all_of([*scope_clauses(old.scope.exact()), {RECORD_ID_KEY: str(old.id)}, *self._live_where()])
+        existing = yield from collection_call(
+            "reading the record to update",
+            "get",
+            ids=[entry_id(old)],
+            where=where,
+            include=["documents", "metadatas"],
+        )
+        if decode_found(existing) != [old]:
+            return False, {}
+        return True, (yield from self._write_session("update", [new], vector, meta, existing))
+
+    def _scopes(self, prefix: Scope) -> list[tuple[Scope, int]]:
+        return self._run(self._scopes_session(prefix))
+
+    def _scopes_session(self, prefix: Scope) -> Session[list[tuple[Scope, int]]]:
+        """The exact scopes of the live entries ``prefix`` sees, with their counts, from their scope
+        keys alone.
+
+        Chroma has no grouping: the ids the ``where`` (the prefix and the live condition) selects
+        are listed (no documents, no vectors, no metadata), then their metadata is read
+        (``include=["metadatas"]``, :data:`PAGE_SIZE` ids a call, with the same ``where`` again:
+        an entry deleted or rewritten meanwhile is not counted, and unlike pages by offset, no
+        concurrent delete shifts an entry past a page) and only the ``scope.<field>`` keys are
+        looked at: Chroma returns an entry's metadata whole, it cannot pick keys. Documents and
+        embeddings are never read.
+        """
+        where = all_of([*scope_clauses(prefix), *self._live_where()])
+        listed = yield from collection_call("listing scopes", "get", where=where, include=[])
+        counts: dict[tuple[str | None, ...], int] = {}
+        for chunk in chunks(listed["ids"], PAGE_SIZE):
+            page = yield from collection_call(
+                "reading scopes", "get", ids=list(chunk), where=where, include=["metadatas"]
+            )
+            for metadata in page["metadatas"] or []:
+                key = stored_scope(dict(metadata))
+                counts[key] = counts.get(key, 0) + 1
+        return [(scope_of(key), count) for key, count in counts.items()]
 
     # -- reading ---------------------------------------------------------------
 
@@ -441,7 +548,7 @@ class ChromaStoreBase(BaseStore):
 
     def _get_session(self, scope: Scope, ids: list[UUID]) -> Session[list[MemoryRecord]]:
         found: list[MemoryRecord] = []
-        for where in self._of_ids(scope, ids):
+        for where in self._of_ids(scope, ids, self._live_where()):
             found += yield from reads.candidates(where)
         return found
 
@@ -450,8 +557,8 @@ class ChromaStoreBase(BaseStore):
 
     def _vectors_session(self, scope: Scope, ids: list[UUID]) -> Session[list[tuple[UUID, Matrix]]]:
         found: list[tuple[UUID, Matrix]] = []
-        for where in self._of_ids(scope, ids):
-            page = yield from collection_call(
+        for where in self._of_ids(scope, ids, self._live_where()):
+            page = yield from reads.asked_again_if_an_entry_vanished(
                 "reading vectors", "get", where=where, include=["embeddings", "metadatas"]
             )
             embeddings = page["embeddings"] if page["embeddings"] is not None else []
@@ -466,7 +573,7 @@ class ChromaStoreBase(BaseStore):
         return self._run(self._count_session(scope, node))
 
     def _count_session(self, scope: Scope, node: Filter | None) -> Session[int]:
-        entries, _ = yield from self._matching_entries(scope, node)
+        entries, _ = yield from self._matching_entries(scope, node, live=True)
         return len(entries)
 
     def _expresses(self, comparison: Comparison) -> bool:
@@ -562,8 +669,9 @@ class ChromaStoreBase(BaseStore):
                     meta[META_INDEX_DIMENSION] = target
             self._rebuild(meta, placeholder_dimension=target if resize else None)
 
-    def purge(self) -> None:
-        """Physically erase deleted records: rebuild the collection without them.
+    def _purge(self) -> None:
+        """Physically erase deleted records (expired ones are deleted by then: ``purge()`` sweeps
+        first): rebuild the collection without them.
 
         Embedded stores then drop the index folders Chroma leaves behind,
         compact its SQLite file (``VACUUM``), rebuild the vector indexes from the

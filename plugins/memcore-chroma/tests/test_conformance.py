@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from memcore_chroma import (
 )
 
 from memcore.store import Store
-from memcore.testing import AsyncStoreConformance, StoreConformance, StoreFactory
+from memcore.testing import AsyncStoreConformance, LifecycleTests, ManualClock, StoreConformance, StoreFactory
 from memcore.testing.async_api import unwrapped
 from memcore.testing.helpers import DIM, make_record, new_scope, random_vectors
 
@@ -62,6 +63,25 @@ class TestServerChroma(StoreConformance):
         hits = store.search(scope, vector=random_vectors(1, seed=5)[0], limit=10)
         assert [h.record.id for h in hits] == [with_vector.id]
 
+    def test_purge_sweeps_and_expired_records_stay_gone_after_reopen(
+        self, store: Store, clock: ManualClock, store_factory: StoreFactory
+    ) -> None:
+        """On a server, ``purge()`` sweeps (deletes are safe there), then refuses the rebuild unless
+        the store is exclusive; the suite's test then runs as ``?exclusive=true`` would have it
+        (this test's collection has no other client, the promise ``exclusive`` makes)."""
+        server = unwrapped(store)
+        assert isinstance(server, ChromaHttpStore)
+        scope = new_scope()
+        store.add([make_record(scope, "expired")], ttl=5)
+        clock.advance(6)
+        with pytest.raises(ExclusiveMaintenanceError):
+            store.purge()
+        clock.now -= timedelta(seconds=60)
+        assert store.count(scope) == 0, "swept before the rebuild was refused"
+        server.rebuilds_safely = True
+        base = LifecycleTests.test_purge_sweeps_and_expired_records_stay_gone_after_reopen
+        base(self, store, clock, store_factory)
+
 
 class TestMemoryChroma(StoreConformance):
     """``chroma+memory://``: an EphemeralClient, each store in a collection of its own."""
@@ -92,6 +112,9 @@ class TestServerChromaAsync(AsyncStoreConformance):
     store_factory = TestServerChroma.store_factory
     test_records_without_vectors_are_stored_but_not_vector_searchable = (
         TestServerChroma.test_records_without_vectors_are_stored_but_not_vector_searchable
+    )
+    test_purge_sweeps_and_expired_records_stay_gone_after_reopen = (
+        TestServerChroma.test_purge_sweeps_and_expired_records_stay_gone_after_reopen
     )
 
 

@@ -1,8 +1,9 @@
-"""A record is its exact scope plus its id: how entries are named, and how format 1 is migrated."""
+"""A record is its exact scope plus its id: how entries are named, and how formats 1 and 2 are migrated."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -11,14 +12,22 @@ from chromadb.api.models.Collection import Collection
 from memcore_chroma import ChromaMemoryStore
 from memcore_chroma import opening as opening_module
 from memcore_chroma import store as store_module
-from memcore_chroma.encoding import RECORD_ID_KEY, entry_id
-from memcore_chroma.opening import FORMAT, FORMAT_1, META_FORMAT
+from memcore_chroma.encoding import EXPIRES_AT_KEY, RECORD_ID_KEY, entry_id
+from memcore_chroma.opening import (
+    FORMAT,
+    FORMAT_1,
+    FORMAT_2,
+    META_FORMAT,
+    NEVER_EXPIRES_MICROS,
+    backfill_expiry,
+)
 from memcore_chroma.rebuild import PAGE_SIZE
 from memcore_chroma.store import ChromaStoreBase
 
 from memcore.errors import AmbiguousIdError
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope, storage_id
+from memcore.testing import ManualClock
 from memcore.testing.helpers import make_record, random_vectors
 
 OWNER, OTHER = Scope(tenant="t", user_id="u"), Scope(tenant="t", user_id="v")
@@ -72,7 +81,10 @@ def _as_format_1(collection: Collection, interrupted: MemoryRecord) -> None:
     found = collection.get(include=["embeddings", "documents", "metadatas"])
     metadatas = [dict(meta) for meta in found["metadatas"] or []]
     record_ids = [str(meta.pop(RECORD_ID_KEY)) for meta in metadatas]
+    for meta in metadatas:
+        del meta[EXPIRES_AT_KEY]  # no record could expire before format 3
     collection.delete(ids=[i for i in found["ids"] if i != entry_id(interrupted)])
+    collection.update(ids=[entry_id(interrupted)], metadatas=[{EXPIRES_AT_KEY: None}])
     collection.add(
         ids=record_ids,
         embeddings=np.asarray(found["embeddings"], dtype=np.float32),
@@ -100,6 +112,7 @@ def test_a_format_1_collection_is_migrated_at_open(
         moved = {i: meta[RECORD_ID_KEY] for i, meta in _entries(reopened).items()}
         assert moved == {entry_id(r): str(r.id) for r in everything}, "old entries gone, each moved once"
         assert reopened._fresh_meta()[META_FORMAT] == FORMAT
+        assert all(meta[EXPIRES_AT_KEY] == NEVER_EXPIRES_MICROS for meta in _entries(reopened).values())
         assert reopened.get(wide, [r.id for r in everything]) == everything
         assert reopened.list(OWNER, filter={"metadata.n": {"$gte": 2}}) == records[2:4]
         assert reopened.count(OWNER) == 5
@@ -113,7 +126,7 @@ def test_a_format_1_collection_is_migrated_at_open(
         assert reopened.get(wide, [records[1].id]) == [records[1], twin]
         assert reopened.delete(OWNER, [records[1].id, plain.id]) == 2
         assert reopened.get(wide, [records[1].id, plain.id]) == [twin]
-    monkeypatch.setattr(store_module, "migrate_entry_ids", None)  # the format says it is done
+    monkeypatch.setattr(store_module, "migrate", None)  # the format says it is done
     with open_store() as again:
         assert again.count(wide) == 5
 
@@ -126,6 +139,7 @@ def _plant_format_1(collection: Collection, records: list[MemoryRecord]) -> None
         found["ids"], found["documents"] or [], found["metadatas"] or [], found["embeddings"], strict=True
     ):
         meta = dict(meta)
+        del meta[EXPIRES_AT_KEY]
         by_record[str(meta.pop(RECORD_ID_KEY))] = (i, document, meta, vector)
     collection.delete(ids=found["ids"])
     for record in records:
@@ -169,3 +183,41 @@ def test_a_format_1_entry_on_anothers_new_id_neither_deletes_nor_taints_it(
         entries = _entries(reopened)
         assert set(entries) == {entry_id(r) for r in records}
         assert all(RECORD_ID_KEY in meta for meta in entries.values())
+
+
+def test_a_format_2_collection_gets_expires_at_at_open_and_its_records_never_expire(
+    open_store: Callable[[], ChromaStoreBase], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Format 2 had no ``expires_at``, and a ``where`` on a key an entry lacks never matches it:
+    unmigrated, its records would be hidden by the live condition. One entry keeps the key, as a
+    backfill that stopped half-way (the format is written only once it is done) leaves it."""
+    records = [make_record(OWNER, f"old {i}", minute=i, metadata={"n": i}) for i in range(5)]
+    vectors = random_vectors(len(records), seed=7)
+    monkeypatch.setattr(opening_module, "BACKFILL_PAGE", 2)  # several pages
+    with open_store() as store:
+        store.add(records, vectors)
+
+        def as_format_2(collection: Collection) -> None:
+            stripped = [entry_id(r) for r in records[1:]]
+            collection.update(ids=stripped, metadatas=[{EXPIRES_AT_KEY: None}] * len(stripped))
+            collection.modify(metadata={**(collection.metadata or {}), META_FORMAT: FORMAT_2})
+
+        store._call("making the collection format 2", as_format_2)
+        assert EXPIRES_AT_KEY not in _entries(store)[entry_id(records[1])]
+        assert store.count(OWNER) == 1, "without the key the live condition hides a record"
+    with open_store() as reopened:
+        clock = ManualClock()
+        reopened.clock = clock
+        assert reopened._fresh_meta()[META_FORMAT] == FORMAT
+        assert all(meta[EXPIRES_AT_KEY] == NEVER_EXPIRES_MICROS for meta in _entries(reopened).values())
+        assert reopened.list(OWNER) == records
+        assert reopened.get(OWNER, [r.id for r in records]) == records
+        assert reopened.count(OWNER, filter={"expires_at": {"$gt": clock.now + timedelta(days=10**4)}}) == 5
+        assert reopened.search(OWNER, vector=vectors[3], limit=1)[0].record == records[3]
+        assert [(e.scope, e.count) for e in reopened.scopes(OWNER)] == [(OWNER.exact(), 5)]
+        short = make_record(OWNER, "short", minute=9)
+        reopened.add([short], ttl=5)
+        clock.advance(10**6)
+        assert reopened.list(OWNER) == records
+        assert reopened.update(OWNER, records[0].id, content="still here").expires_at is None
+        assert reopened._call("backfilling again", backfill_expiry) == 0
