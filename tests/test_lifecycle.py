@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -185,23 +184,6 @@ def test_an_update_that_raced_another_reads_again_instead_of_writing_back_old_fi
     [stored] = store.get(scope, [record.id])
     assert (stored.message.content, stored.metadata) == ("lives in Berlin", {"verified": True})
     assert store.vectors(scope, [record.id])[record.id].tolist() == [0.0, 1.0, 0.0]
-
-
-def test_concurrent_updates_of_different_keys_all_land(store: Store) -> None:
-    scope = Scope(tenant="t", user_id="u")
-    record = MemoryRecord(scope=scope, message=Message(role="user", content="x"))
-    store.add([record])
-
-    def set_keys(prefix: str) -> None:
-        for i in range(40):
-            store.update(scope, record.id, metadata={f"{prefix}{i}": i})
-
-    threads = [threading.Thread(target=set_keys, args=(prefix,)) for prefix in "ab"]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(store.get(scope, [record.id])[0].metadata) == 80
 
 
 def test_consolidation_never_writes_into_another_owners_note(store: Store) -> None:

@@ -584,24 +584,3 @@ def test_an_update_waiting_on_a_deleting_transaction_never_brings_the_record_bac
         assert len(outcome) == 1 and isinstance(outcome[0], RecordNotFoundError), outcome
         assert store.get(SCOPE, [record.id]) == []
         assert store.count(Scope.everything()) == 0
-
-
-def test_concurrent_updates_of_one_record_all_land(postgres: Postgres, table_name: str) -> None:
-    """Each update locks the row and checks it still holds what it read, so two writers setting
-    different keys never write back each other's old metadata."""
-    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
-        [record] = _records(1)
-        store.add([record])
-
-        def set_keys(prefix: str) -> None:
-            for i in range(25):
-                store.update(SCOPE, record.id, metadata={f"{prefix}{i}": i})
-
-        threads = [threading.Thread(target=set_keys, args=(prefix,)) for prefix in "ab"]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        [stored] = store.get(SCOPE, [record.id])
-        written = {f"{prefix}{i}" for prefix in "ab" for i in range(25)}
-        assert written <= set(stored.metadata)
