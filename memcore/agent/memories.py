@@ -488,6 +488,7 @@ class AgentMemory(ABC):
                     "`with buffer:` block (or called finish() or discard())"
                 )
             pending = [b for b in self._buffers if b.state == "finished"]
+            expires_at = self._expiry()  # one batch, one expiry, as write() gives
             records = [
                 MemoryRecord(
                     scope=self.scope,
@@ -495,7 +496,7 @@ class AgentMemory(ABC):
                     kind=kind,
                     metadata=metadata,
                     created_at=utc_now(),
-                    expires_at=self._expiry(),
+                    expires_at=expires_at,
                 )
                 for buffer in pending
                 for message, kind, metadata in buffer.pending()
