@@ -61,6 +61,7 @@ HEALTHY = {
     "child_refused",
     "cases",
     "langchain_checked",
+    "langgraph_checked",
     "camel_checked",
 }
 HEALTHY_PREFIXES = ("second_open_locked", "second_open_opened", "second_open_refused", "second_open_shared")

@@ -67,6 +67,7 @@ class ReliabilityTests:
         figures = adapter_trust(self.url)
         # LangChain is part of the testing setup (memcore[langchain]); CAMEL runs in tests-camel.
         assert figures["langchain_checked"] == 1, "install memcore[langchain] to run the adapter scenario"
+        assert figures["langgraph_checked"] == 1, "install memcore[langgraph] to run the adapter scenario"
         assert not _failed(figures, *ADAPTER_FAILURES), figures
 
     def test_an_import_refuses_every_line_outside_its_scope_and_writes_nothing_outside(self) -> None:

@@ -1,8 +1,8 @@
 """Reliability scenarios of trust: what an adapter or an import does with records it did not write.
 
-* :func:`adapter_trust`: the LangChain vector store (and the CAMEL memory, where camel-ai is
-  installed) over a store that also holds records other memories wrote, in the adapter's parent,
-  child and sibling scopes, dressed with the adapter's own metadata markers and ids.
+* :func:`adapter_trust`: the LangChain vector store, the LangGraph store (and the CAMEL memory,
+  where camel-ai is installed) over a store that also holds records other memories wrote, in the
+  adapter's parent, child and sibling scopes, dressed with the adapter's own metadata markers and ids.
 * :func:`import_trust`: export files whose lines cross the scope the file declares, or the scope
   the import is given.
 
@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from memcore.errors import MemcoreError
 from memcore.plugins import open_store
-from memcore.records import MemoryRecord, Message, RecordKey
+from memcore.records import MemoryRecord, Message, MetadataValue, RecordKey
 from memcore.scope import Scope
 from memcore.store import Store
 from memcore.testing.helpers import make_record, random_vectors
@@ -88,10 +88,19 @@ def adapter_trust(url: str) -> Figures:
     returned), ``own_refused`` (an adapter call on its own scope failed typed), ``blocked``
     (adding a document failed because another scope took an id), ``predictable_ids`` (a document
     stored under the publicly derivable id), ``forged_ids`` (a CAMEL record returned with another
-    record's uuid), ``untyped_errors``; ``langchain_checked`` and ``camel_checked`` say which
-    adapters ran (1 each; 0 where the package is not installed).
+    record's uuid), ``untyped_errors``; ``langchain_checked``, ``langgraph_checked`` and
+    ``camel_checked`` say which adapters ran (1 each; 0 where the package is not installed).
+
+    The LangGraph store (:func:`_langgraph_trust`) runs the same way on each scope, and once as a
+    tenant deployment whose first namespace label is the user (``namespace_scope``): records of
+    kind ``langgraph`` with its namespace and key markers, in the other scopes, under the very ids
+    its items have (derived from scope, namespace and key by design: a ``put`` is an idempotent
+    upsert, so ``predictable_ids`` does not apply to it), and records in its own scope that are not
+    its items (a turn with its markers, an item's markers under another id). Read paths: ``get``,
+    ``search`` with and without a query and a filter, ``list_namespaces``, their async forms;
+    delete paths: ``delete``, ``adelete``, a ``put`` of ``None`` through ``batch``.
     """
-    figures = zeros(*ADAPTER_FAILURES, "langchain_checked", "camel_checked")
+    figures = zeros(*ADAPTER_FAILURES, "langchain_checked", "langgraph_checked", "camel_checked")
     try:
         from memcore.integrations import langchain  # noqa: F401  # only to know it imports
     except ImportError:
@@ -100,6 +109,14 @@ def adapter_trust(url: str) -> Figures:
         with fresh_location(url) as location, open_store(location) as store:
             _langchain_trust(store, figures)
         figures["langchain_checked"] = 1
+    try:
+        from memcore.integrations import langgraph  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        with fresh_location(url) as location, open_store(location) as store:
+            _langgraph_trust(store, figures)
+        figures["langgraph_checked"] = 1
     try:
         from memcore.integrations import camel  # noqa: F401
     except ImportError:
@@ -199,6 +216,107 @@ def _langchain_scope(store: Store, figures: Any, scope: Scope, embedding: Any) -
         _guarded(figures, delete)
         figures["not_deleted"] += int(bool(_guarded(figures, lambda: docs.get_by_ids(["1"]), [])))
     figures["foreign_deleted"] += _lost(before, store, scope)
+
+
+def _langgraph_trust(store: Store, figures: Any) -> None:
+    from memcore.embedders.hashing import HashEmbedder
+    from memcore.integrations.langgraph import MemcoreLangGraphStore
+
+    embedder = HashEmbedder(dim=_DIM)
+    for scope in _SCOPES:
+        adapter = MemcoreLangGraphStore(store, scope, embedder=embedder)
+        _langgraph_scope(store, figures, adapter, scope, ("notes",))
+        store.delete_where(_TENANT, {})
+    users = MemcoreLangGraphStore(store, _TENANT, embedder=embedder, namespace_scope=("user_id",))
+    _langgraph_scope(store, figures, users, _ALICE, ("alice", "notes"))
+    store.delete_where(_TENANT, {})
+
+
+def _langgraph_scope(
+    store: Store, figures: Any, adapter: Any, scope: Scope, namespace: tuple[str, ...]
+) -> None:
+    from langgraph.store.base import PutOp
+
+    from memcore.embedders.hashing import HashEmbedder
+
+    layout = adapter.layout
+    own_id = layout.record_id(scope, namespace, "1")
+    vector = HashEmbedder(dim=_DIM).embed(["secret"])[0].tolist()
+    # Another scope takes the id this adapter's item will have.
+    squatter = _BOB if scope != _BOB else _TENANT
+    store.add([make_record(squatter, "squat").model_copy(update={"id": own_id})])
+    own = f"own item of {scope}"
+    try:
+        adapter.put(namespace, "1", {"text": own})
+    except MemcoreError as exc:
+        figures["blocked"] += 1
+        print(f"{scope}: putting item '1' failed: {exc!r}"[:500])
+        return
+    except Exception as exc:
+        figures["untyped_errors"] += 1
+        print(f"{scope}: putting item '1' raised {exc!r}"[:500])
+        return
+    markers: dict[str, MetadataValue] = {f"lg_ns{i}": label for i, label in enumerate(namespace)}
+    markers.update(lg_depth=len(namespace), lg_vall=True, lg_created="2026-01-01T00:00:00+00:00")
+    crafted = [
+        MemoryRecord(
+            id=layout.record_id(scope, namespace, key) if key == "1" else uuid.uuid4(),
+            scope=other,
+            message=Message(role="user", content=json.dumps({"text": f"crafted in {other}"})),
+            kind="langgraph",
+            metadata={**markers, "lg_key": key, "lg_v_text": own},
+        )
+        for other in _SCOPES
+        if other != scope
+        for key in ("1", "2")
+    ]
+    inside = [  # in the adapter's own scope, but not its items
+        MemoryRecord(
+            scope=scope,
+            message=Message(role="user", content=json.dumps({"text": "crafted: another id"})),
+            kind="langgraph",
+            metadata={**markers, "lg_key": "2", "lg_v_text": own},
+        ),
+        MemoryRecord(
+            scope=scope,
+            message=Message(role="user", content=json.dumps({"text": "crafted: a turn"})),
+            metadata={**markers, "lg_key": "1", "lg_v_text": own},
+        ),
+    ]
+    store.add([*crafted, *inside], np.asarray([vector] * (len(crafted) + len(inside)), dtype=np.float32))
+    reads: list[Callable[[], list[Any]]] = [
+        lambda: [adapter.get(namespace, "1")],
+        lambda: adapter.search(namespace, limit=40),
+        lambda: adapter.search((), limit=40),
+        lambda: adapter.search((), query="secret", limit=40),
+        lambda: adapter.search(namespace, filter={"text": own}, limit=40),
+        lambda: [asyncio.run(adapter.aget(namespace, "1"))],
+        lambda: asyncio.run(adapter.asearch((), query="secret", limit=40)),
+    ]
+    for read in reads:
+        found = [item for item in _guarded(figures, read, []) if item is not None]
+        figures["foreign_reads"] += sum(item.value.get("text") != own for item in found)
+        figures["own_missing"] += int(not any(item.value.get("text") == own for item in found))
+    for list_namespaces in (adapter.list_namespaces, lambda: asyncio.run(adapter.alist_namespaces())):
+        listed = _guarded(figures, list_namespaces, [])
+        figures["foreign_reads"] += int(listed not in ([namespace], []))
+        figures["own_missing"] += int(listed != [namespace])
+    figures["foreign_reads"] += int(_guarded(figures, lambda: adapter.get(namespace, "2"), None) is not None)
+    before = _outside(store, scope)
+    kept = {r.key for r in inside}
+    deletes: list[Callable[[], Any]] = [
+        lambda: adapter.delete(namespace, "1"),
+        lambda: asyncio.run(adapter.adelete(namespace, "1")),
+        lambda: adapter.batch([PutOp(namespace, "1", None), PutOp(namespace, "2", None)]),
+    ]
+    for delete in deletes:
+        _guarded(figures, lambda: adapter.put(namespace, "1", {"text": own}))
+        _guarded(figures, delete)
+        figures["not_deleted"] += int(
+            _guarded(figures, lambda: adapter.get(namespace, "1"), None) is not None
+        )
+    figures["foreign_deleted"] += _lost(before, store, scope)
+    figures["foreign_deleted"] += len(kept - {r.key for r in store.list(scope.exact())})
 
 
 class _Words:

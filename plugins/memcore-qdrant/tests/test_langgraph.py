@@ -1,0 +1,32 @@
+"""The LangGraph adapter (memcore.integrations.langgraph) on Qdrant Edge and the server engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from memcore_qdrant import QdrantStore
+
+from memcore.store import Store
+from memcore.testing.langgraph_tests import LangGraphStoreTests
+
+
+class TestLangGraphOnQdrantEdge(LangGraphStoreTests):
+    langgraph_examples = 20
+
+    @pytest.fixture
+    def memcore_store(self, tmp_path: Path) -> Iterator[Store]:
+        with QdrantStore.from_url(f"qdrant://{tmp_path / 'store'}") as store:
+            yield store
+
+
+class TestLangGraphOnTheServerEngine(LangGraphStoreTests):
+    """The engine of ``qdrant+http(s)://``, over qdrant-client's local mode."""
+
+    langgraph_examples = 15
+
+    @pytest.fixture
+    def memcore_store(self, tmp_path: Path) -> Iterator[Store]:
+        with QdrantStore.open_local_client(tmp_path / "local") as store:
+            yield store
