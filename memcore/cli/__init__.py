@@ -14,10 +14,10 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from memcore.cli import bench, demo, plugins, transfer
+from memcore.cli import bench, demo, mcp, plugins, transfer
 from memcore.errors import MemcoreError
 
-COMMANDS = (bench, demo, plugins, transfer)
+COMMANDS = (bench, demo, mcp, plugins, transfer)
 """The command modules, in the order ``memcore --help`` lists them."""
 
 
