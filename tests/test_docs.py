@@ -89,3 +89,19 @@ def test_the_quickstart_example_runs() -> None:
     assert "'bob' asks 'what is my pet called?' -> 'My dog is called Rex.'" in result.stdout
     assert "alice has 2 memories, bob has 3" in result.stdout
     assert "get  : []" in result.stdout and "text : []" in result.stdout
+
+
+def test_langgraph_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    exec(compile(_python_block("**LangGraph**"), "README langgraph", "exec"), {})
+    assert "I live in Lyon" in capsys.readouterr().out
+
+
+def test_openai_agents_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    exec(compile(_python_block("**OpenAI Agents SDK**"), "README openai agents", "exec"), {})
+    out = capsys.readouterr().out
+    assert "'call_id': 'c1'" in out and "\n[]\n" in out and "I am vegetarian" in out
+
+
+def test_mcp_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    exec(compile(_python_block("**MCP memory server**"), "README mcp", "exec"), {})
+    assert "['Alice is allergic to peanuts.']" in capsys.readouterr().out
