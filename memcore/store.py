@@ -52,6 +52,7 @@ from memcore.plans import Plan, arun_plan, call, run_plan
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import NEVER_EXPIRES, MemoryRecord, MetadataValue, ScoredRecord, epoch_micros, in_utc
 from memcore.scope import SCOPE_FIELDS, Scope, scope_order
+from memcore.telemetry import store_operation
 from memcore.urls import StoreURL
 from memcore.validation import (
     DEFAULT_LIMIT,
@@ -261,6 +262,7 @@ class BaseStore(ABC):
     def dimension(self) -> int | None:
         """The vector dimension, fixed by the first vector written (``None`` before)."""
 
+    @store_operation("add")
     def add(
         self, records: Sequence[MemoryRecord], vectors: Vectors | None = None, *, ttl: TTL | None = None
     ) -> None:
@@ -281,6 +283,7 @@ class BaseStore(ABC):
         """
         run_plan(self._add_plan(records, vectors, ttl))
 
+    @store_operation("add")
     async def aadd(
         self, records: Sequence[MemoryRecord], vectors: Vectors | None = None, *, ttl: TTL | None = None
     ) -> None:
@@ -360,6 +363,7 @@ class BaseStore(ABC):
         """``node`` and the implicit read condition, as one filter for a backend's compiler."""
         return conjunction([node, self._live_condition()])
 
+    @store_operation("get")
     def get(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
         """The records with these ids that ``scope`` can see, in the order asked.
 
@@ -369,6 +373,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._get_plan(scope, ids))
 
+    @store_operation("get")
     async def aget(self, scope: Scope, ids: Sequence[UUID | str]) -> builtins.list[MemoryRecord]:
         """:meth:`get`, awaited."""
         return await self._arun(self._get_plan(scope, ids))
@@ -385,6 +390,7 @@ class BaseStore(ABC):
             found.setdefault(record.id, []).append(record)
         return [record for record_id in wanted for record in found.get(record_id, ())]
 
+    @store_operation("vectors")
     def vectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
         """The vectors of the records with these ids that ``scope`` can see, as the store keeps
         them: unit length, float32, one row each. Records without a vector, in another scope
@@ -395,6 +401,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._vectors_plan(scope, ids))
 
+    @store_operation("vectors")
     async def avectors(self, scope: Scope, ids: Sequence[UUID | str]) -> dict[UUID, Matrix]:
         """:meth:`vectors`, awaited."""
         return await self._arun(self._vectors_plan(scope, ids))
@@ -413,6 +420,7 @@ class BaseStore(ABC):
             found[record_id] = vector
         return found
 
+    @store_operation("list")
     def list(
         self,
         scope: Scope,
@@ -432,6 +440,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._list_plan(scope, filter, order, limit, before, after))
 
+    @store_operation("list")
     async def alist(
         self,
         scope: Scope,
@@ -466,6 +475,7 @@ class BaseStore(ABC):
         )
         return (yield from self._list_with_residue(check_scope(scope), query))
 
+    @store_operation("search")
     def search(
         self,
         scope: Scope,
@@ -492,6 +502,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._search_plan(scope, vector, text, keywords, filter, limit))
 
+    @store_operation("search")
     async def asearch(
         self,
         scope: Scope,
@@ -538,10 +549,12 @@ class BaseStore(ABC):
             return []
         return (yield from self._search_with_residue(scope, SearchQuery(unit, text, node, bounded)))
 
+    @store_operation("count")
     def count(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
         """How many records ``scope`` can see that match ``filter``."""
         return run_plan(self._count_plan(scope, filter))
 
+    @store_operation("count")
     async def acount(self, scope: Scope, *, filter: FilterSpec | Filter | None = None) -> int:
         """:meth:`count`, awaited."""
         return await self._arun(self._count_plan(scope, filter))
@@ -554,6 +567,7 @@ class BaseStore(ABC):
             return (yield from call(self._count, scope, native))
         return len((yield from self._residue_matches(scope, native, residue)))
 
+    @store_operation("delete")
     def delete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
         """Delete the records with these ids that ``scope`` can see.
 
@@ -565,6 +579,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._delete_plan(scope, ids))
 
+    @store_operation("delete")
     async def adelete(self, scope: Scope, ids: Sequence[UUID | str]) -> int:
         """:meth:`delete`, awaited."""
         return await self._arun(self._delete_plan(scope, ids), whole=True)
@@ -575,6 +590,7 @@ class BaseStore(ABC):
         scope = check_scope(scope)
         return (yield from call(self._delete, scope, wanted)) if wanted else 0
 
+    @store_operation("delete_where")
     def delete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
         """Delete every record within ``scope`` that matches ``filter``.
 
@@ -583,6 +599,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._delete_where_plan(scope, filter))
 
+    @store_operation("delete_where")
     async def adelete_where(self, scope: Scope, filter: FilterSpec | Filter) -> int:
         """:meth:`delete_where`, awaited."""
         return await self._arun(self._delete_where_plan(scope, filter), whole=True)
@@ -603,6 +620,7 @@ class BaseStore(ABC):
             deleted += yield from call(self._delete, exact, ids)
         return deleted
 
+    @store_operation("update")
     def update(
         self,
         scope: Scope,
@@ -630,6 +648,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._update_plan(scope, id, content, metadata, ttl, vector))
 
+    @store_operation("update")
     async def aupdate(
         self,
         scope: Scope,
@@ -692,6 +711,7 @@ class BaseStore(ABC):
         kept = yield from call(self._vectors, record.scope.exact(), [record.id])
         return kept[0][1].reshape(1, -1) if kept else None
 
+    @store_operation("refresh")
     def refresh(self, scope: Scope, ids: Sequence[UUID | str], ttl: TTL) -> int:
         """Give these live records that expire ``ttl`` more from now (never less than they have),
         leaving ``updated_at`` and everything else as is: LangGraph's refresh on read.
@@ -700,6 +720,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._refresh_plan(scope, ids, ttl))
 
+    @store_operation("refresh")
     async def arefresh(self, scope: Scope, ids: Sequence[UUID | str], ttl: TTL) -> int:
         """:meth:`refresh`, awaited."""
         return await self._arun(self._refresh_plan(scope, ids, ttl), whole=True)
@@ -719,6 +740,7 @@ class BaseStore(ABC):
             refreshed += bool((yield from call(self._replace, old, new, vector)))
         return refreshed
 
+    @store_operation("scopes")
     def scopes(
         self, prefix: Scope, *, depth: int | None = None, limit: int | None = None
     ) -> builtins.list[ScopeCount]:
@@ -733,6 +755,7 @@ class BaseStore(ABC):
         """
         return run_plan(self._scopes_plan(prefix, depth, limit))
 
+    @store_operation("scopes")
     async def ascopes(
         self, prefix: Scope, *, depth: int | None = None, limit: int | None = None
     ) -> builtins.list[ScopeCount]:
@@ -759,6 +782,7 @@ class BaseStore(ABC):
         found.sort(key=lambda entry: scope_order(entry.scope))
         return found[:bounded]
 
+    @store_operation("purge")
     def purge(self) -> None:
         """Physically erase deleted and expired records from everything the store persists.
 
@@ -768,6 +792,7 @@ class BaseStore(ABC):
         self.sweep()
         self._purge()
 
+    @store_operation("sweep")
     def sweep(self) -> int:
         """Delete every record expired by :meth:`now`, in every scope, as :meth:`delete` would.
 

@@ -48,6 +48,7 @@ from memcore.records import (
 )
 from memcore.scope import Scope
 from memcore.store import KEEP, Store, VectorSpace, _Keep
+from memcore.telemetry import internal_span, memory_operation, note_query, note_records
 from memcore.validation import TTL, Matrix, check_ids, check_ttl
 
 DEFAULT_TOKEN_LIMIT = 4_096
@@ -179,6 +180,7 @@ class AgentMemory(ABC):
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
         """The candidate records for the next model call."""
 
+    @memory_operation("create_memory")
     def write_records(self, records: Sequence[MemoryRecord]) -> None:
         """Store records of the memory's scope, once each.
 
@@ -207,6 +209,7 @@ class AgentMemory(ABC):
         if orphans:
             raise InvalidRecordError(f"tool results answer calls this memory has not seen: {orphans}")
 
+    @memory_operation("create_memory")
     def write(
         self,
         messages: Sequence[Message],
@@ -233,6 +236,7 @@ class AgentMemory(ABC):
         """When a record written now expires under the policy's ``ttl`` (``None``: never)."""
         return None if self.policy.ttl is None else self.store.expiry_after(self.policy.ttl)
 
+    @memory_operation("upsert_memory")
     def remember(
         self,
         text: str,
@@ -294,6 +298,7 @@ class AgentMemory(ABC):
             self.store.delete(self.recall_scope, others)
         return note
 
+    @memory_operation("upsert_memory")
     async def aremember(
         self,
         text: str,
@@ -311,6 +316,7 @@ class AgentMemory(ABC):
             self.remember, text, role=role, name=name, metadata=metadata, supersedes=supersedes, ttl=ttl
         )
 
+    @memory_operation("update_memory")
     def update(
         self,
         id: UUID | str,
@@ -335,6 +341,7 @@ class AgentMemory(ABC):
             vector=None if vector is None else vector[0],
         )
 
+    @memory_operation("update_memory")
     async def aupdate(
         self,
         id: UUID | str,
@@ -356,6 +363,7 @@ class AgentMemory(ABC):
         """A live note of the recall scope that ``message`` repeats (see :meth:`remember`)."""
         return None
 
+    @memory_operation("create_memory")
     async def awrite(
         self,
         messages: Sequence[Message],
@@ -367,6 +375,7 @@ class AgentMemory(ABC):
         await self._embed_ahead(_texts_of(messages))
         return await self.store.run_in_worker(self.write, messages, kind=kind, metadata=metadata)
 
+    @memory_operation("create_memory")
     async def awrite_records(self, records: Sequence[MemoryRecord]) -> None:
         """:meth:`write_records`, awaited."""
         own = self.scope.exact()
@@ -386,29 +395,44 @@ class AgentMemory(ABC):
         """:meth:`_embed_ahead` for a recall query."""
         return None
 
+    @memory_operation("create_memory")
     def observe(self, messages: Sequence[Message]) -> list[MemoryRecord]:
         """Store the turns an agent loop shows the memory, if the policy auto-saves."""
         return self.write(messages) if self.policy.auto_save else []
 
+    @memory_operation("create_memory")
     async def aobserve(self, messages: Sequence[Message]) -> list[MemoryRecord]:
         """:meth:`observe`, awaited."""
         if self.policy.auto_save:
             await self._embed_ahead(_texts_of(messages))
         return await self.store.run_in_worker(self.observe, messages)
 
+    @memory_operation("search_memory")
     async def aretrieve(self, query: str | None = None) -> list[ContextRecord]:
         """:meth:`retrieve`, awaited."""
         await self._embed_query_ahead(query)
         return await self.store.run_in_worker(self.retrieve, query)
 
+    @memory_operation("search_memory")
     def get_context(
         self, token_limit: int | None = None, *, query: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
         """The messages for the next model call and their token count, within ``token_limit``."""
         records = [self._shorten(r) if r.source == "recall" else r for r in self.retrieve(query)]
+        note_records(records)
         limit = self.token_limit if token_limit is None else token_limit
-        return self.context_creator.create_context(records, limit)
+        with internal_span("memcore.context.create") as span:
+            context = self.context_creator.create_context(records, limit)
+            if span is not None and span.is_recording():
+                span.set_attribute("memcore.context.creator", type(self.context_creator).__name__)
+                span.set_attribute("memcore.context.records", len(records))
+                span.set_attribute("memcore.context.messages", len(context[0]))
+                span.set_attribute("memcore.context.tokens", context[1])
+                if isinstance(limit, int):
+                    span.set_attribute("memcore.context.token_limit", limit)
+        return context
 
+    @memory_operation("search_memory")
     async def aget_context(
         self, token_limit: int | None = None, *, query: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
@@ -423,6 +447,7 @@ class AgentMemory(ABC):
         cut = message.model_copy(update={"content": message.content[: self.policy.max_chars] + "…"})
         return item.model_copy(update={"record": item.record.model_copy(update={"message": cut})})
 
+    @memory_operation("delete_memory")
     def forget(self, ids: Sequence[UUID | str]) -> int:
         """Delete these records from the store (history and recall alike); return how many.
 
@@ -434,10 +459,12 @@ class AgentMemory(ABC):
         """
         return self.store.delete(self.recall_scope, ids)
 
+    @memory_operation("delete_memory")
     async def aforget(self, ids: Sequence[UUID | str]) -> int:
         """:meth:`forget`, awaited."""
         return await self.store.run_in_worker(self.forget, ids)
 
+    @memory_operation("delete_memory")
     def forget_where(self, filter: FilterSpec | Filter, *, in_recall_scope: bool = False) -> int:
         """Delete the records of the memory's own scope that match ``filter``; return how many.
 
@@ -446,15 +473,18 @@ class AgentMemory(ABC):
         """
         return self.store.delete_where(self.recall_scope if in_recall_scope else self.scope.exact(), filter)
 
+    @memory_operation("delete_memory")
     async def aforget_where(self, filter: FilterSpec | Filter, *, in_recall_scope: bool = False) -> int:
         """:meth:`forget_where`, awaited."""
         return await self.store.run_in_worker(self.forget_where, filter, in_recall_scope=in_recall_scope)
 
+    @memory_operation("delete_memory")
     def clear(self) -> int:
         """Delete every record of the memory's own scope, and nothing else: not the records of
         an agent or a session below it (they belong to memories of their own)."""
         return self.store.delete_where(self.scope.exact(), {})
 
+    @memory_operation("delete_memory")
     async def aclear(self) -> int:
         """:meth:`clear`, awaited."""
         return await self.store.run_in_worker(self.clear)
@@ -470,6 +500,7 @@ class AgentMemory(ABC):
             self._buffers.append(created)
         return created
 
+    @memory_operation("create_memory")
     def barrier(self) -> list[MemoryRecord]:
         """Commit every finished buffer in declaration order, in one batch; skip discarded ones.
 
@@ -508,6 +539,7 @@ class AgentMemory(ABC):
             self._buffers = []
         return records
 
+    @memory_operation("create_memory")
     async def abarrier(self) -> list[MemoryRecord]:
         """:meth:`barrier`, awaited."""
         return await self.store.run_in_worker(self.barrier)
@@ -526,6 +558,7 @@ class ChatHistoryMemory(AgentMemory):
     def _store_records(self, records: Sequence[MemoryRecord]) -> None:
         self.history.write_records(records)
 
+    @memory_operation("search_memory")
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
         """The pinned system message and the recent window; ``query`` is not used."""
         return self.history.retrieve()
@@ -612,6 +645,7 @@ class VectorMemory(AgentMemory):
         """Up to ``policy.limit`` hits for ``query`` whose keys are not in ``exclude``, best first."""
         if query is None or not query.strip():
             return []
+        note_query(query)
         hits = self.recall_block.retrieve(query, filter=RECALL_FILTER, limit=self.policy.limit + len(exclude))
         kept = [h for h in hits if h.record.key not in exclude and not h.record.message.tool_calls]
         return self._refreshed(kept[: self.policy.limit])
@@ -622,6 +656,7 @@ class VectorMemory(AgentMemory):
         note = MemoryRecord(scope=self.scope, message=Message(role="system", content=NO_MEMORIES_NOTE))
         return [ContextRecord(record=note, score=0.0, source="recall")]
 
+    @memory_operation("search_memory")
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
         """Records similar to ``query`` (default: the latest user message in the store), best first."""
         return self._note_if_empty(self._recall(query if query is not None else self._latest_user_message()))
@@ -639,6 +674,7 @@ class LongtermMemory(VectorMemory):
         super().__init__(store, embedder, scope, **options)
         self.history = ChatHistoryBlock(store, scope.exact(), window)
 
+    @memory_operation("search_memory")
     def retrieve(self, query: str | None = None) -> list[ContextRecord]:
         """``[system] + recalled records not in the window (oldest first) + the window``."""
         window = self.history.retrieve()

@@ -36,6 +36,7 @@ from memcore.model_base import MemcoreModel
 from memcore.records import MemoryRecord, RecordKey, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import Store
+from memcore.telemetry import internal_span
 from memcore.validation import Vector
 
 RecallMode = Literal["auto", "hybrid", "dense", "keyword"]
@@ -102,6 +103,31 @@ def hybrid_search(
     """
     dense = store.search(scope, vector=vector, filter=filter, limit=settings.candidates)
     keyword = store.search(scope, keywords=keywords, filter=filter, limit=settings.candidates)
+    # The neighbour reads (two small lists per candidate) are counted here, not given a span each.
+    with internal_span("memcore.recall.fuse", store_spans=False) as span:
+        ranked, reads = _fused(
+            store, dense, keyword, keywords=keywords, filter=filter, limit=limit, settings=settings
+        )
+        if span is not None and span.is_recording():
+            span.set_attribute("memcore.recall.dense_candidates", len(dense))
+            span.set_attribute("memcore.recall.keyword_candidates", len(keyword))
+            span.set_attribute("memcore.recall.neighbour_reads", reads)
+            span.set_attribute("memcore.recall.hits", len(ranked))
+    return ranked
+
+
+def _fused(
+    store: Store,
+    dense: list[ScoredRecord],
+    keyword: list[ScoredRecord],
+    *,
+    keywords: str,
+    filter: Filter | None,
+    limit: int,
+    settings: HybridRecall,
+) -> tuple[list[ScoredRecord], int]:
+    """Steps 2 to 4 of the module docstring over the candidates of step 1; and how many store
+    reads the neighbours took."""
     fused = _rescaled(dense, settings.dense_weight)
     for key, score in _rescaled(keyword, 1.0 - settings.dense_weight).items():
         fused[key] = fused.get(key, 0.0) + score
@@ -110,7 +136,9 @@ def hybrid_search(
     for (session, _), score in fused.items():
         best_of_session[session] = max(best_of_session.get(session, 0.0), score)
     neighbour: dict[RecordKey, float] = {}
+    reads = 0
     for key in sorted(fused, key=lambda k: -fused[k])[: settings.neighbours_of]:
+        reads += 2 if records[key].scope.session_id is not None else 0
         for around in _neighbours(store, records[key], filter):
             records.setdefault(around.key, around)
             neighbour[around.key] = max(neighbour.get(around.key, 0.0), fused[key])
@@ -126,7 +154,7 @@ def hybrid_search(
             if record.message.name in named:
                 final[key] *= 1.0 + settings.speaker_weight
     ranked = sorted(final, key=lambda key: (-final[key], records[key].created_at))
-    return [ScoredRecord.of(records[k], final[k]) for k in ranked[:limit] if final[k] > 0]
+    return [ScoredRecord.of(records[k], final[k]) for k in ranked[:limit] if final[k] > 0], reads
 
 
 def _speakers_named(query: str, speakers: set[str | None]) -> set[str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from memcore.embedders.batching import BatchingWorker
+from memcore.telemetry import traced_embed
 from memcore.validation import Matrix
 
 
@@ -50,10 +51,19 @@ class OffLoopEmbedding(ABC):
     _worker: BatchingWorker | None = None
     _worker_lock: ClassVar[threading.Lock] = threading.Lock()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Each class's own embed and aembed get the GenAI embeddings span (memcore.telemetry).
+        super().__init_subclass__(**kwargs)
+        if "embed" in cls.__dict__:
+            cls.embed = traced_embed(cls.__dict__["embed"])  # type: ignore[method-assign]
+        if "aembed" in cls.__dict__:
+            cls.aembed = traced_embed(cls.__dict__["aembed"])  # type: ignore[method-assign]
+
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> Matrix:
         """Embed a batch of texts (see :class:`Embedder`)."""
 
+    @traced_embed
     async def aembed(self, texts: Sequence[str]) -> Matrix:
         """:meth:`embed`, awaited: model inference off the event loop, batched with other callers'.
 

@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from memcore.errors import InvalidInputError, PluginError
+from memcore.telemetry import batch_scope, capture_context
 from memcore.validation import Matrix
 from memcore.workers import WorkerPool
 
@@ -54,7 +55,8 @@ class BatchingWorker:
         self._embed = embed
         self._pool = WorkerPool(1, name)
         self._lock = threading.Lock()
-        self._waiting: list[tuple[list[str], Future[Matrix]]] = []
+        # Each request with its caller's tracing context, under which the model call is traced.
+        self._waiting: list[tuple[list[str], Future[Matrix], object]] = []
         self._flush_scheduled = False
         _workers.add(self)
 
@@ -64,7 +66,7 @@ class BatchingWorker:
         :raises InvalidInputError: for bad ``texts`` (before anything is queued).
         """
         request: Future[Matrix] = Future()
-        entry = (checked_texts(texts), request)
+        entry = (checked_texts(texts), request, capture_context())
         with self._lock:
             self._waiting.append(entry)
             if not self._flush_scheduled:
@@ -77,7 +79,7 @@ class BatchingWorker:
         try:
             self._pool.submit(self._flush)
         except BaseException as exc:
-            for _, request in self._waiting:
+            for _, request, _ in self._waiting:
                 with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
                     request.set_exception(exc)
             self._waiting = []
@@ -95,9 +97,10 @@ class BatchingWorker:
             if self._waiting:
                 self._schedule_flush()
         # A request whose caller gave up (cancelled) is left out of the call.
-        batch = [(texts, request) for texts, request in batch if request.set_running_or_notify_cancel()]
+        batch = [entry for entry in batch if entry[1].set_running_or_notify_cancel()]
         if batch:
-            self._answer(batch)
+            with batch_scope([caller for _, _, caller in batch]):
+                self._answer([(texts, request) for texts, request, _ in batch])
 
     def _answer(self, batch: list[tuple[list[str], Future[Matrix]]]) -> None:
         # A text several requests wait for is embedded once.
