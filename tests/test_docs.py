@@ -105,3 +105,13 @@ def test_openai_agents_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
 def test_mcp_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(_python_block("**MCP memory server**"), "README mcp", "exec"), {})
     assert "['Alice is allergic to peanuts.']" in capsys.readouterr().out
+
+
+def test_opentelemetry_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from memcore import telemetry
+
+    try:
+        exec(compile(_python_block("**OpenTelemetry**"), "README opentelemetry", "exec"), {})
+    finally:
+        telemetry.reset()
+    assert "search_memory" in capsys.readouterr().out
