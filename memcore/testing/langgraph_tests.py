@@ -26,6 +26,9 @@ What it proves, offline (the ``hash`` embedder behind LangGraph's own ``index`` 
   ``runtime.store`` and an injected ``store`` argument, sync and async;
 * deployments (tenants) and users (``namespace_scope``) that never see each other's items, a
   forged record that is never returned, memcore's erasure of a user reaching every read path;
+  deployments laying one scope out differently, and records of other memories holding an item's
+  id, that are never replaced or deleted; a ``"*"`` label that is no wildcard in a search;
+* a batch that is refused writing nothing; an all-zero embedding stored as no vector;
 * typed errors for bad namespaces, filters and values.
 """
 
@@ -42,7 +45,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memcore.embedders.hashing import HashEmbedder
-from memcore.errors import FilterError, InvalidInputError, RecordTooLargeError, ScopeError
+from memcore.errors import FilterError, InvalidInputError, InvalidVectorError, RecordTooLargeError, ScopeError
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
@@ -65,7 +68,7 @@ def _index() -> dict[str, Any]:
 
 # -- strategies ------------------------------------------------------------------------------------
 
-_labels = st.sampled_from(["a", "b", "c"])
+_labels = st.sampled_from(["a", "b", "c", "*"])  # "*" is a literal label outside list_namespaces
 _namespaces = st.lists(_labels, min_size=1, max_size=3).map(tuple)
 _keys = st.sampled_from(["k1", "k2", "k3"])
 _values = st.fixed_dictionaries(
@@ -310,6 +313,98 @@ class LangGraphStoreTests:
             "query": ["bob likes tea"],
             "namespaces": [("bob", "memories")],
         }
+
+    def test_a_star_label_in_a_search_prefix_is_a_label_not_a_wildcard(self, memcore_store: Store) -> None:
+        adapter = self._adapter(memcore_store, "star", embedder=HashEmbedder(dim=_DIM))
+        adapter.put(("alice", "memories"), "pin", {"text": "alice's pin is 1234"})
+        adapter.put(("*", "memories"), "mine", {"text": "the star user's own"})
+        for prefix in (("*",), ("*", "memories")):
+            assert [i.key for i in adapter.search(prefix)] == ["mine"]
+            assert [i.key for i in adapter.search(prefix, query="pin", limit=5)] == ["mine"]
+            assert [
+                i.key for i in asyncio.run(adapter.asearch(prefix, filter={"text": "alice's pin is 1234"}))
+            ] == []
+        assert adapter.list_namespaces(prefix=("*",)) == [("*", "memories"), ("alice", "memories")]
+
+    def test_deployments_laying_one_scope_out_differently_never_touch_each_others_items(
+        self, memcore_store: Store
+    ) -> None:
+        from memcore.integrations.langgraph import MemcoreLangGraphStore
+
+        users = self._adapter(memcore_store, "layouts", namespace_scope=("user_id",))
+        alice = MemcoreLangGraphStore(memcore_store, Scope(tenant="layouts", user_id="alice"))
+        users.put(("alice", "prefs"), "k", {"from": "users"})
+        assert alice.get(("alice", "prefs"), "k") is None
+        assert alice.search(("alice",)) == [] and alice.list_namespaces() == []
+        alice.put(("alice", "prefs"), "k", {"from": "alice"})
+        alice.delete(("alice", "prefs"), "k")
+        assert users.get(("alice", "prefs"), "k").value == {"from": "users"}
+        assert [i.value for i in users.search(())] == [{"from": "users"}]
+
+    def test_a_record_of_another_memory_holding_an_items_id_is_never_replaced_or_deleted(
+        self, memcore_store: Store
+    ) -> None:
+        from langgraph.store.base import PutOp
+
+        adapter = self._adapter(memcore_store, "other", namespace_scope=("user_id",))
+        alice = Scope(tenant="other", user_id="alice")
+        turn = MemoryRecord(
+            id=adapter.layout.record_id(alice, ("alice", "notes"), "n1"),
+            scope=alice,
+            message=Message(role="user", content="a chat turn"),
+            kind="turn",
+        )
+        memcore_store.add([turn])
+        adapter.delete(("alice", "notes"), "n1")
+        adapter.batch([PutOp(("alice", "notes"), "n1", None)])
+        with pytest.raises(InvalidInputError):
+            adapter.put(("alice", "notes"), "n1", {"v": 1})
+        assert adapter.get(("alice", "notes"), "n1") is None
+        assert [r.message.content for r in memcore_store.list(alice)] == ["a chat turn"]
+
+    def test_a_refused_batch_writes_nothing(self, memcore_store: Store) -> None:
+        from langgraph.store.base import PutOp
+
+        def embed(texts: Sequence[str]) -> list[list[float]]:
+            return [
+                [math.nan] * _DIM if "nan" in text else row
+                for text, row in zip(texts, embed_texts(texts), strict=True)
+            ]
+
+        adapter = self._adapter(
+            memcore_store, "atomic", index={"dims": _DIM, "embed": embed, "fields": ["text"]}
+        )
+        adapter.put(("n",), "a", {"text": "old"})
+        adapter.put(("n",), "gone", {"text": "keep me"})
+        ttl = 5.0 if memcore_store.capabilities.expiry else None
+        refused: list[tuple[type[Exception], PutOp]] = [
+            (RecordTooLargeError, PutOp(("n",), "b", {"text": "x" * 1_100_000}, ttl=ttl)),
+            (InvalidVectorError, PutOp(("n",), "b", {"text": "nan"})),
+        ]
+        for error, bad in refused:
+            with pytest.raises(error):
+                adapter.batch(
+                    [PutOp(("n",), "gone", None), PutOp(("n",), "a", {"text": "new"}, ttl=ttl), bad]
+                )
+        assert {i.key: i.value["text"] for i in adapter.search(("n",))} == {"a": "old", "gone": "keep me"}
+
+    def test_an_item_whose_embedding_is_all_zeros_is_stored_without_a_vector(
+        self, memcore_store: Store
+    ) -> None:
+        from langgraph.store.base import PutOp
+
+        def letters(texts: Sequence[str]) -> list[list[float]]:  # all zeros for text without a-p
+            return [[float(text.count(chr(97 + i))) for i in range(_DIM)] for text in texts]
+
+        adapter = self._adapter(
+            memcore_store, "zeros", index={"dims": _DIM, "embed": letters, "fields": ["text"]}
+        )
+        adapter.put(("n",), "a", {"text": "old value"})
+        adapter.batch([PutOp(("n",), "a", {"text": "new value"}), PutOp(("n",), "z", {"text": "123"})])
+        assert {i.key: i.value["text"] for i in adapter.search(("n",))} == {"a": "new value", "z": "123"}
+        assert [i.key for i in adapter.search(("n",), query="value")] == ["a"]
+        assert adapter.search(("n",), query="42") == []  # a query without direction is like nothing
+        assert asyncio.run(adapter.asearch(("n",), query="42")) == []
 
     # -- 4. typed errors ------------------------------------------------------------------------
 

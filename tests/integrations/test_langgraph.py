@@ -10,7 +10,7 @@ import pytest
 from memcore_example_store.store import ExampleStore  # type: ignore[import-untyped]
 
 from memcore import open_store
-from memcore.errors import UnsupportedOperationError
+from memcore.errors import InvalidInputError, UnsupportedOperationError
 from memcore.integrations.langgraph import MemcoreLangGraphStore
 from memcore.scope import Scope
 from memcore.store import Store
@@ -51,3 +51,16 @@ class TestLangGraphOnAStoreWithoutExpiry(LangGraphStoreTests):
         with pytest.raises(UnsupportedOperationError):
             adapter.put(("a",), "k", {"v": 1}, ttl=5.0)
         assert adapter.get(("a",), "k") is None
+
+
+def test_small_misuses_answer_as_langgraph_or_raise_typed_errors() -> None:
+    with open_store("memory://") as store:
+        adapter = MemcoreLangGraphStore(store, Scope(tenant="t"))
+        adapter.put(["a"], "k", {"v": 1})  # type: ignore[arg-type]  # a list namespace, as get takes
+        assert adapter.get(("a",), "k") is not None
+        assert adapter.list_namespaces(suffix=("x",) * 17) == []  # deeper than any namespace
+        for ttl in ("5", True):
+            with pytest.raises(InvalidInputError, match="number of minutes"):
+                adapter.put(("a",), "t", {"v": 1}, ttl=ttl)  # type: ignore[arg-type]
+        adapter.delete(["a"], "k")  # type: ignore[arg-type]
+        assert adapter.get(("a",), "k") is None and adapter.get(("a",), "t") is None

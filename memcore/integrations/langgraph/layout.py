@@ -5,16 +5,20 @@ An item ``(namespace, key) -> value`` of a deployment is one record of kind :dat
 * its scope: the deployment's scope, plus the leading namespace labels that the deployment maps
   onto scope fields (``namespace_scope=("user_id",)``: ``("alice", "memories")`` lives in
   ``Scope(tenant=..., user_id="alice")``), exactly;
-* its id: a UUID derived from that scope, the namespace and the key (:meth:`Layout.record_id`),
-  so a ``put`` replaces the item in place, and two writers of one new item write one record;
+* its id: a UUID derived from that scope, the deployment's ``namespace_scope``, the namespace
+  and the key (:meth:`Layout.record_id`), so a ``put`` replaces the item in place, and two
+  writers of one new item write one record;
 * its message content: the value as JSON;
 * its metadata: the namespace one label per key (``lg_ns0``, ``lg_ns1``, ...), ``lg_depth``,
-  ``lg_key``, ``lg_created`` (when the item was first put), ``lg_ttl`` (minutes, when it has
-  one) and the string copies of :mod:`memcore.integrations.langgraph.filters`.
+  ``lg_key``, ``lg_map`` (the deployment's ``namespace_scope``, comma-separated), ``lg_created``
+  (when the item was first put), ``lg_ttl`` (minutes, when it has one) and the string copies of
+  :mod:`memcore.integrations.langgraph.filters`.
 
 A record is read back as an item only if all of that holds: its kind, its metadata, its scope
-(what its namespace maps to) and its id (derived from them). Anything else in the scopes read
-(another memory's turns, a record another writer dressed up as an item) is not an item.
+(what its namespace maps to), its mapping (so two deployments that lay one scope out
+differently never read, replace or delete each other's items) and its id (derived from them).
+Anything else in the scopes read (another memory's turns, a record another writer dressed up
+as an item) is not an item, and is never replaced or deleted through LangGraph.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ DEPTH_KEY = "lg_depth"
 ITEM_KEY = "lg_key"
 CREATED_KEY = "lg_created"
 TTL_KEY = "lg_ttl"
+MAP_KEY = "lg_map"
 _IDS = uuid.uuid5(uuid.NAMESPACE_URL, "https://memcore.dev/integrations/langgraph")
 _MAPPABLE = SCOPE_FIELDS[1:]
 _MAX_VALUE_NESTING = 500  # json encodes recursively: deeper values would overflow its stack
@@ -154,6 +159,8 @@ class Layout:
             raise ScopeError(f"namespace_scope names a field twice: {mapping}")
         self.deployment = Scope(**dict(deployment.items()))
         self.mapping = mapping
+        self.marker = ",".join(("namespace_scope", *mapping))
+        """The value of ``lg_map`` on this layout's items."""
 
     # -- scopes and ids ---------------------------------------------------------------------
 
@@ -190,10 +197,11 @@ class Layout:
             return None
         return scope.exact() if len(fixed) >= len(self.mapping) else scope
 
-    @staticmethod
-    def record_id(scope: Scope, namespace: tuple[str, ...], key: str) -> uuid.UUID:
+    def record_id(self, scope: Scope, namespace: tuple[str, ...], key: str) -> uuid.UUID:
         """The id of the record of item ``(namespace, key)`` in the exact ``scope``."""
-        canonical = json.dumps([scope.as_tuple(), namespace, key], ensure_ascii=False, separators=(",", ":"))
+        canonical = json.dumps(
+            [scope.as_tuple(), self.mapping, namespace, key], ensure_ascii=False, separators=(",", ":")
+        )
         return uuid.uuid5(_IDS, canonical)
 
     # -- records ----------------------------------------------------------------------------
@@ -206,13 +214,15 @@ class Layout:
         created: datetime | None,
         ttl_minutes: float | None,
         extra: Mapping[str, MetadataValue],
+        expires_at: datetime | None = None,
     ) -> MemoryRecord:
-        """The record of an item (``text``: its JSON value; ``created``: when first put, if kept)."""
+        """The record of an item (``text``: its JSON value; ``created``: when first put, if kept;
+        ``expires_at``: when the store's clock says ``ttl_minutes`` end)."""
         scope = self.scope_of(namespace)
         metadata: dict[str, MetadataValue] = {
             f"{LABEL_PREFIX}{i}": label for i, label in enumerate(namespace)
         }
-        metadata.update({DEPTH_KEY: len(namespace), ITEM_KEY: key, **extra})
+        metadata.update({DEPTH_KEY: len(namespace), ITEM_KEY: key, MAP_KEY: self.marker, **extra})
         if ttl_minutes is not None:
             metadata[TTL_KEY] = float(ttl_minutes)
         now = utc_now()
@@ -224,6 +234,7 @@ class Layout:
             created_at=now,
             metadata=metadata,
             kind=ITEM_KIND,
+            expires_at=expires_at,
         )
 
     def namespace_of(self, record: MemoryRecord) -> tuple[tuple[str, ...], str] | None:
@@ -231,6 +242,8 @@ class Layout:
         meta = record.metadata
         depth, key = meta.get(DEPTH_KEY), meta.get(ITEM_KEY)
         if record.kind != ITEM_KIND or not isinstance(key, str) or isinstance(depth, bool):
+            return None
+        if meta.get(MAP_KEY) != self.marker:
             return None
         if not isinstance(depth, int) or not 1 <= depth <= MAX_NAMESPACE_DEPTH:
             return None
@@ -273,11 +286,16 @@ class Layout:
 
     # -- filters ----------------------------------------------------------------------------
 
-    @staticmethod
-    def prefix_clauses(prefix: Sequence[str]) -> list[FilterSpec]:
-        """Items whose namespace starts with ``prefix`` (``"*"`` labels match any label)."""
-        clauses: list[FilterSpec] = [{"kind": ITEM_KIND}]
-        clauses += [{f"metadata.{LABEL_PREFIX}{i}": label} for i, label in enumerate(prefix) if label != "*"]
+    def prefix_clauses(self, prefix: Sequence[str], *, wildcards: bool = False) -> list[FilterSpec]:
+        """This layout's items whose namespace starts with ``prefix``: literally (a search's
+        ``namespace_prefix``), or with ``"*"`` labels matching any label (``wildcards``: a
+        ``list_namespaces`` condition)."""
+        clauses: list[FilterSpec] = [{"kind": ITEM_KIND}, {f"metadata.{MAP_KEY}": self.marker}]
+        clauses += [
+            {f"metadata.{LABEL_PREFIX}{i}": label}
+            for i, label in enumerate(prefix)
+            if not (wildcards and label == "*")
+        ]
         if prefix:
             clauses.append({f"metadata.{DEPTH_KEY}": {"$gte": len(prefix)}})
         return clauses
@@ -287,6 +305,8 @@ class Layout:
         """Items whose namespace ends with ``suffix`` (``"*"`` labels match any label)."""
         if not suffix:
             return []
+        if len(suffix) > MAX_NAMESPACE_DEPTH:
+            return [{f"metadata.{DEPTH_KEY}": {"$gt": MAX_NAMESPACE_DEPTH}}]  # no item is that deep
         if all(label == "*" for label in suffix):
             return [{f"metadata.{DEPTH_KEY}": {"$gte": len(suffix)}}]
         per_depth: list[FilterSpec] = []

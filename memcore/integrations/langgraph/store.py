@@ -1,7 +1,9 @@
 """The LangGraph ``BaseStore`` over a memcore store (see :mod:`memcore.integrations.langgraph`).
 
 Each batch is written once, as a plan: a generator that yields the memcore calls it needs
-(:class:`_StoreCall`, :class:`_EmbedCall`) and receives their results. :meth:`batch` runs it
+(:class:`_StoreCall`, :class:`_EmbedCall`) and receives their results. A batch reads, embeds
+and checks everything it will write (:class:`_Writes`) before its first write, so a batch
+refused for any of its operations changes nothing. :meth:`batch` runs it
 with the store's and the embedder's sync API, :meth:`abatch` with their async twins (``aget``,
 ``alist``, ``asearch``, ``aadd``, ``adelete``, ``arefresh``; ``aembed_documents`` or
 ``aembed``), so the async path awaits memcore's async API instead of wrapping ``batch`` in a
@@ -16,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
+import numpy as np
 from langgraph.store.base import (
     NOT_PROVIDED,
     BaseStore,
@@ -50,7 +53,7 @@ from memcore.integrations.langgraph.layout import (
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.store import Store
-from memcore.validation import MAX_LIMIT, Matrix
+from memcore.validation import MAX_LIMIT, Matrix, check_records, check_vectors
 
 T = TypeVar("T")
 _TICK = timedelta(microseconds=1)  # the resolution of created_at
@@ -77,6 +80,17 @@ _Plan = Generator[_StoreCall | _EmbedCall, Any, T]
 
 def _call(name: str, *args: Any, **kwargs: Any) -> _Plan[Any]:
     return (yield _StoreCall(name, args, kwargs))
+
+
+@dataclass
+class _Writes:
+    """What a batch writes, checked: records with their vectors, records without, and the ids
+    of the items to delete, by exact scope."""
+
+    embedded: list[MemoryRecord] = field(default_factory=list)
+    vectors: Matrix | None = None
+    plain: list[MemoryRecord] = field(default_factory=list)
+    deletes: dict[tuple[str | None, ...], tuple[Scope, list[UUID]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -319,11 +333,15 @@ class MemcoreLangGraphStore(BaseStore):
                 results[i] = yield from self._search(op, refreshes)
             elif isinstance(op, ListNamespacesOp):
                 results[i] = yield from self._list_namespaces(op)
+        puts = {(tuple(op.namespace), op.key): op for op in ops if isinstance(op, PutOp)}
+        writes = (yield from self._prepare(list(puts.values()))) if puts else _Writes()
         for (_, minutes), (scope, ids) in refreshes.due.items():
             yield from _call("refresh", scope, ids, minutes * 60)
-        puts = {(op.namespace, op.key): op for op in ops if isinstance(op, PutOp)}
-        if puts:
-            yield from self._put(list(puts.values()))
+        for records, vectors in ((writes.embedded, writes.vectors), (writes.plain, None)):
+            if records:
+                yield from _call("add", records, vectors)
+        for scope, ids in writes.deletes.values():
+            yield from _call("delete", scope, ids)
         return results
 
     def _check_op(self, op: Op) -> None:
@@ -356,6 +374,8 @@ class MemcoreLangGraphStore(BaseStore):
             self.layout.scope_of(check_item_namespace(op.namespace))
             encode_value(op.value)
             if op.ttl is not None:
+                if isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)):
+                    raise InvalidInputError(f"ttl is a number of minutes, got {op.ttl!r}")
                 if not self.supports_ttl:
                     raise UnsupportedOperationError(f"the {self.store.name} store cannot expire records")
                 self.store.expiry_after(op.ttl * 60)  # a ttl memcore refuses is refused here
@@ -402,6 +422,8 @@ class MemcoreLangGraphStore(BaseStore):
         found: list[tuple[MemoryRecord, Item, float | None]] = []
         if op.query and self._embedding is not None:
             [vector] = yield _EmbedCall([op.query], query=True)
+            if not np.any(vector):
+                return []  # no direction: similar to nothing (items so embedded have no vector)
             yield from self._bind()
             fetch = min(max(wanted, _MIN_PAGE), MAX_LIMIT)
             while True:
@@ -409,7 +431,7 @@ class MemcoreLangGraphStore(BaseStore):
                 found = [
                     (hit.record, item, hit.score)
                     for hit in hits
-                    if (item := self._matching(hit.record, spec)) is not None
+                    if (item := self._matching(hit.record, prefix, spec)) is not None
                 ]
                 if len(found) >= wanted or len(hits) < fetch or fetch == MAX_LIMIT:
                     break
@@ -420,7 +442,7 @@ class MemcoreLangGraphStore(BaseStore):
             while len(found) < wanted:
                 page, cursor = yield from self._page(scope, native, size, cursor)
                 for record in page:
-                    if (item := self._matching(record, spec)) is not None:
+                    if (item := self._matching(record, prefix, spec)) is not None:
                         found.append((record, item, None))
                 if cursor is None:
                     break
@@ -433,9 +455,14 @@ class MemcoreLangGraphStore(BaseStore):
             for _, item, score in chosen
         ]
 
-    def _matching(self, record: MemoryRecord, spec: dict[str, Any] | None) -> Item | None:
+    def _matching(
+        self, record: MemoryRecord, prefix: tuple[str, ...], spec: dict[str, Any] | None
+    ) -> Item | None:
+        """The item ``record`` holds if it lies under ``prefix`` (literally) and matches ``spec``."""
         item = self.layout.item(record)
-        return item if item is not None and filters.matches(item.value, spec) else None
+        if item is None or tuple(item.namespace[: len(prefix)]) != prefix:
+            return None
+        return item if filters.matches(item.value, spec) else None
 
     def _page(
         self, scope: Scope, native: FilterSpec, size: int, before: datetime | None
@@ -455,12 +482,14 @@ class MemcoreLangGraphStore(BaseStore):
 
     def _list_namespaces(self, op: ListNamespacesOp) -> _Plan[list[tuple[str, ...]]]:
         conditions = list(op.match_conditions or ())
+        if any(len(condition.path) > MAX_NAMESPACE_DEPTH for condition in conditions):
+            return []  # no namespace is that deep
         prefix: tuple[str, ...] = ()
         clauses: list[FilterSpec] = []
         for condition in conditions:
             path = tuple(condition.path)
             if condition.match_type == "prefix":
-                clauses += self.layout.prefix_clauses(path)
+                clauses += self.layout.prefix_clauses(path, wildcards=True)
                 if len(path) > len(prefix):
                     prefix = path
             else:
@@ -484,63 +513,70 @@ class MemcoreLangGraphStore(BaseStore):
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _put(self, puts: list[PutOp]) -> _Plan[None]:
-        deletes: dict[tuple[str | None, ...], tuple[Scope, list[Any]]] = {}
-        writes: list[tuple[PutOp, Scope, dict[str, Any], str]] = []
+    def _prepare(self, puts: list[PutOp]) -> _Plan[_Writes]:
+        """Everything ``puts`` write, read, embedded and checked, before anything is written.
+
+        :raises InvalidInputError: for a put or delete of an id that holds a record which is not
+            this deployment's item (another memory's record), or a record memcore refuses.
+        """
+        wanted: dict[tuple[str | None, ...], tuple[Scope, list[UUID]]] = {}
+        targets: list[tuple[PutOp, Scope, UUID]] = []
         for op in puts:
             namespace = tuple(op.namespace)
+            scope = self.layout.item_scope(namespace)
+            if scope is None:
+                continue  # a delete where no item can be (a put's namespace was checked)
+            record_id = self.layout.record_id(scope, namespace, op.key)
+            wanted.setdefault(scope.as_tuple(), (scope, []))[1].append(record_id)
+            targets.append((op, scope, record_id))
+        stored: dict[tuple[tuple[str | None, ...], UUID], MemoryRecord] = {}
+        for scope, ids in wanted.values():
+            for record in (yield from _call("get", scope, ids)):
+                stored[(record.scope.as_tuple(), record.id)] = record
+        writes = _Writes()
+        items: list[tuple[PutOp, dict[str, Any], str, Item | None]] = []
+        for op, scope, record_id in targets:
+            old = stored.get((scope.as_tuple(), record_id))
+            if old is not None and self.layout.namespace_of(old) is None:
+                if op.value is None:
+                    continue  # not an item: never deleted through LangGraph
+                raise InvalidInputError(
+                    f"item {op.key!r} of {tuple(op.namespace)!r}: its id holds a record that is not "
+                    f"a LangGraph item (kind {old.kind!r}); it is left as it is"
+                )
             if op.value is None:
-                scope = self.layout.item_scope(namespace)
-                if scope is not None:
-                    record_id = self.layout.record_id(scope, namespace, op.key)
-                    deletes.setdefault(scope.as_tuple(), (scope, []))[1].append(record_id)
+                if old is not None:
+                    writes.deletes.setdefault(scope.as_tuple(), (scope, []))[1].append(record_id)
                 continue
             value, text = encode_value(op.value)
-            writes.append((op, self.layout.scope_of(namespace), value, text))
-        for scope, ids in deletes.values():
-            yield from _call("delete", scope, ids)
-        if not writes:
-            return
-        created = yield from self._created(writes)
+            items.append((op, value, text, None if old is None else self.layout.item(old)))
+        if not items:
+            return writes
         texts: dict[int, str] = {}
         if self._embedding is not None:
-            for i, (op, _, value, _) in enumerate(writes):
+            for i, (op, value, _, _) in enumerate(items):
                 if op.index is not False and (found := self._embedding.texts(value, op.index)) is not None:
                     texts[i] = found
+        rows: dict[int, int] = {}
         vectors: Matrix | None = None
         if texts:
-            vectors = yield _EmbedCall(list(texts.values()), query=False)
+            embedded: Matrix = yield _EmbedCall(list(texts.values()), query=False)
+            # An all-zero vector has no direction: its item is stored without one (as index=False).
+            rows = {i: row for row, i in enumerate(texts) if np.any(embedded[row])}
+            vectors = check_vectors(embedded[list(rows.values())], len(rows), None)
+        for i, (op, value, text, old_item) in enumerate(items):
+            expires_at = None if op.ttl is None else self.store.expiry_after(op.ttl * 60)
+            created = None if old_item is None else old_item.created_at
+            record = self.layout.record(
+                tuple(op.namespace), op.key, text, created, op.ttl, filters.copied_values(value), expires_at
+            )
+            (writes.embedded if i in rows else writes.plain).append(record)
+        writes.vectors = vectors if rows else None
+        check_records([*writes.embedded, *writes.plain])  # one add each: refused before any write
         # Bound before any write, also one without vectors: a store that sizes its index on the
         # first write (Chroma) then takes the embedder's dimension.
         yield from self._bind()
-        rows = {i: row for row, i in enumerate(texts)}
-        groups: dict[tuple[float | None, bool], list[tuple[MemoryRecord, int | None]]] = {}
-        for i, (op, scope, value, text) in enumerate(writes):
-            namespace = tuple(op.namespace)
-            record_id = self.layout.record_id(scope, namespace, op.key)
-            extra = filters.copied_values(value)
-            record = self.layout.record(namespace, op.key, text, created.get(record_id), op.ttl, extra)
-            groups.setdefault((op.ttl, i in rows), []).append((record, rows.get(i)))
-        for (minutes, with_vectors), members in groups.items():
-            records = [record for record, _ in members]
-            matrix = None
-            if with_vectors and vectors is not None:
-                matrix = vectors[[row for _, row in members if row is not None]]
-            ttl = None if minutes is None else minutes * 60
-            yield from _call("add", records, matrix, ttl=ttl)
-
-    def _created(self, writes: list[tuple[PutOp, Scope, dict[str, Any], str]]) -> _Plan[dict[Any, datetime]]:
-        """When each item already stored was first put (kept on replace, as PostgresStore does)."""
-        by_scope: dict[tuple[str | None, ...], tuple[Scope, list[Any]]] = {}
-        for op, scope, _, _ in writes:
-            record_id = self.layout.record_id(scope, tuple(op.namespace), op.key)
-            by_scope.setdefault(scope.as_tuple(), (scope.exact(), []))[1].append(record_id)
-        created: dict[Any, datetime] = {}
-        for scope, ids in by_scope.values():
-            for record in (yield from _call("get", scope, ids)):
-                if (item := self.layout.item(record)) is not None:
-                    created[record.id] = item.created_at
-        return created
+        return writes
 
     def _bind(self) -> _Plan[None]:
         if not self._bound and self._embedding is not None:
