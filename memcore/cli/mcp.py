@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -70,8 +72,8 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--purge-on-exit",
         action="store_true",
-        help="on shutdown, if anything was forgotten, erase deleted data from the store's files "
-        "(store.purge())",
+        help="on shutdown, erase what was deleted or replaced (forget, update, a consolidated note) "
+        "from the store's files (store.purge())",
     )
     parser.add_argument(
         "--log-level",
@@ -165,15 +167,42 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 async def _serve(server: MemoryServer, store: Store, args: argparse.Namespace) -> None:
     try:
         if args.transport == "stdio":
-            await server.mcp.run_stdio_async()
+            await _serve_stdio(server, store, args)
         else:
             await server.mcp.run_streamable_http_async(host=args.host, port=args.port)
     finally:
-        import anyio
+        await _close(store, args)
 
-        with anyio.CancelScope(shield=True):  # an interrupt cancels the serving, not the closing
-            try:
-                if args.purge_on_exit and server.tools.forgotten:
-                    await store.apurge()
-            finally:
-                await store.aclose()
+
+async def _close(store: Store, args: argparse.Namespace) -> None:
+    import anyio
+
+    with anyio.CancelScope(shield=True):  # an interrupt cancels the serving, not the closing
+        try:
+            if args.purge_on_exit:
+                await store.apurge()
+        finally:
+            await store.aclose()
+
+
+async def _serve_stdio(server: MemoryServer, store: Store, args: argparse.Namespace) -> None:
+    """Serve over stdin and stdout until stdin ends, or SIGINT or SIGTERM arrives.
+
+    The SDK reads stdin on a worker thread that no cancellation stops (it waits for a line), so
+    a signal cannot end the serving while the client keeps stdin open: the store is closed here
+    and the process exits at once, as a signal's default action would.
+    """
+    import anyio
+
+    async def exit_on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                await _close(store, args)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(exit_on_signal)
+        await server.mcp.run_stdio_async()
+        group.cancel_scope.cancel()

@@ -217,8 +217,6 @@ class MemoryTools:
         self._memories = {scope: VectorMemory(store, shared, scope, policy=policy) for scope in scopes}
         if not self._memories:
             raise ScopeError("a memory server needs at least one scope")
-        self.forgotten = 0
-        """How many records ``forget`` deleted since the server started."""
 
     def memory(self, scope: Scope) -> VectorMemory:
         """The memory serving ``scope``.
@@ -233,7 +231,12 @@ class MemoryTools:
     async def remember(
         self, scope: Scope, text: str, metadata: dict[str, MetadataValue] | None, ttl_seconds: float | None
     ) -> MemoryItem:
-        """Store a note (or refresh the near-identical note already stored)."""
+        """Store a note (or refresh the near-identical note already stored).
+
+        :raises InvalidInputError: for a blank ``text``.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("remember needs a non-empty text")
         note = await self.memory(scope).aremember(
             text, metadata=metadata, ttl=POLICY_TTL if ttl_seconds is None else ttl_seconds
         )
@@ -279,7 +282,6 @@ class MemoryTools:
         deleted = await self.memory(scope).aforget([id])
         if deleted == 0:
             raise RecordNotFoundError(f"no memory with id {id} in this scope")
-        self.forgotten += deleted
         return Forgotten(id=str(UUID(id)), deleted=deleted)
 
     async def recent(self, scope: Scope) -> Memories:
@@ -329,7 +331,7 @@ def _strict(tool: Tool) -> Tool:
     return tool
 
 
-Limit = Annotated[int, pydantic.Field(ge=1, le=MAX_LIMIT, description=f"at most {MAX_LIMIT}")]
+Limit = Annotated[pydantic.StrictInt, pydantic.Field(ge=1, le=MAX_LIMIT, description=f"at most {MAX_LIMIT}")]
 TTL = Annotated[float | None, pydantic.Field(gt=0, description="seconds until it expires; omit: never")]
 Filter = Annotated[
     dict[str, Any] | None,

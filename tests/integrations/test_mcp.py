@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from memcore.cli import main
+from memcore.scope import Scope
 
 SERVER = [sys.executable, "-m", "memcore", "mcp", "--embedder", "hash"]
 ENV = {"MEMCORE_LOAD_PLUGINS": os.environ.get("MEMCORE_LOAD_PLUGINS", "")}
@@ -125,6 +127,9 @@ async def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
         )
         assert "limit" in await refused(session, "recall", query="cat", limit=1000)
         assert "InvalidInputError" in await refused(session, "recall", query="   ")
+        assert "InvalidInputError" in await refused(session, "remember", text="  ")
+        assert "limit" in await refused(session, "recall", query="cat", limit="3")  # no coercion
+        assert "limit" in await refused(session, "recall", query="cat", limit=True)
 
         moved = await call(session, "update", id=cat["id"], text="My cat Mochi now lives with my sister.")
         assert moved["updated_at"] is not None
@@ -177,6 +182,46 @@ async def test_restart_users_and_erasure_on_a_durable_store(tmp_path: Path) -> N
         assert contents(await call(session, "recall", query="door code parking")) == [
             "Alice keeps her passport in the blue drawer."
         ]
+
+
+async def test_purge_on_exit_erases_replaced_content_with_nothing_forgotten(tmp_path: Path) -> None:
+    folder = tmp_path / "store"
+    options = ["--store", f"jsonl://{folder}", "--tenant", "acme", "--user", "alice", "--purge-on-exit"]
+    async with stdio_session(tmp_path, *options) as session:
+        note = await call(session, "remember", text="My SSN is 123-45-6789.", metadata={"card": "4111-1111"})
+        await call(session, "update", id=note["id"], text="My SSN is on file.", metadata={"card": None})
+    on_disk = b"".join(path.read_bytes() for path in folder.rglob("*") if path.is_file())
+    assert b"123-45-6789" not in on_disk and b"4111-1111" not in on_disk
+    assert b"My SSN is on file." in on_disk
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_closes_the_store_and_ends_a_stdio_server_whose_stdin_stays_open(
+    tmp_path: Path, signum: int
+) -> None:
+    folder = tmp_path / "store"
+    server = subprocess.Popen(
+        [*SERVER, "--store", f"jsonl://{folder}", "--tenant", "acme"],
+        env={**os.environ, **ENV},
+        stdin=subprocess.PIPE,  # held open: the SDK's stdin reader never sees its end
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (folder / "meta.json").exists():  # the store is open
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr
+            time.sleep(0.05)
+        time.sleep(0.5)  # the event loop is serving
+        server.send_signal(signum)
+        assert server.wait(timeout=20) == 0
+    finally:
+        server.kill()
+        server.communicate()
+    from memcore import open_store
+
+    with open_store(f"jsonl://{folder}") as store:  # closed and unlocked: another process opens it
+        assert store.count(Scope(tenant="acme")) == 0
 
 
 def _free_port() -> int:
