@@ -255,9 +255,11 @@ class MemoryTools:
     async def list(
         self, scope: Scope, limit: int, filter: FilterSpec | None, order: Literal["asc", "desc"]
     ) -> Memories:
-        """Memories by time (``desc``: newest first)."""
+        """Memories by time (``desc``: newest first): what recall could find, so no system prompt
+        or tool result."""
         reach = self.memory(scope).recall_scope
-        records = await self.store.alist(reach, filter=filter or None, order=order, limit=limit)
+        spec: FilterSpec = RECALL_FILTER if not filter else {"$and": [RECALL_FILTER, filter]}
+        records = await self.store.alist(reach, filter=spec, order=order, limit=limit)
         return Memories(memories=[MemoryItem.of(record) for record in records])
 
     async def update(

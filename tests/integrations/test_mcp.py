@@ -184,6 +184,27 @@ async def test_restart_users_and_erasure_on_a_durable_store(tmp_path: Path) -> N
         ]
 
 
+async def test_list_and_recent_show_what_recall_can_find_not_prompts_or_tool_results() -> None:
+    from mcp import Client
+
+    from memcore import MemoryRecord, Message, open_embedder, open_store
+    from memcore.integrations.mcp import build_server
+
+    scope = Scope(tenant="acme", user_id="alice")
+    store = open_store("memory://")
+    messages = [
+        Message(role="system", content="You are a travel agent."),
+        Message(role="user", content="I prefer aisle seats."),
+    ]
+    store.add([MemoryRecord(scope=scope, message=message) for message in messages])
+    server = build_server(store, open_embedder("hash"), scope)
+    async with Client(server.mcp) as client:
+        listed = await client.call_tool("list", {})
+        assert contents(listed.structured_content or {}) == ["I prefer aisle seats."]
+        read = await client.read_resource("memcore://recent")
+        assert contents(json.loads(read.contents[0].text)) == ["I prefer aisle seats."]  # type: ignore[union-attr]
+
+
 async def test_purge_on_exit_erases_replaced_content_with_nothing_forgotten(tmp_path: Path) -> None:
     folder = tmp_path / "store"
     options = ["--store", f"jsonl://{folder}", "--tenant", "acme", "--user", "alice", "--purge-on-exit"]
