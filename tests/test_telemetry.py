@@ -332,7 +332,7 @@ NO_OTEL = textwrap.dedent(
     messages, _ = memory.get_context(query="locker")
     asyncio.run(memory.aget_context(query="locker"))
     assert [m["content"] for m in messages] == ["my locker is 7"], messages
-    assert telemetry._tracer is None, telemetry._tracer
+    assert telemetry.tracing._tracer is None, telemetry.tracing._tracer
     assert not [name for name in sys.modules if name.startswith("opentelemetry")]
     try:
         telemetry.instrument()
@@ -365,7 +365,7 @@ GLOBAL_PROVIDER = textwrap.dedent(
     store = open_store("memory://")
     scope = Scope(tenant="t", user_id="u")
     store.count(scope)  # the API's no-op provider: no span started
-    assert telemetry._tracer is None and not telemetry._settled
+    assert telemetry.tracing._tracer is None and not telemetry.tracing._settled
     exporter, provider = InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
