@@ -12,6 +12,7 @@ Like :mod:`memcore.testing.reliability`, each returns counts; the failure counts
 from __future__ import annotations
 
 import asyncio
+import importlib
 import io
 import json
 import uuid
@@ -100,31 +101,16 @@ def adapter_trust(url: str) -> Figures:
     ``search`` with and without a query and a filter, ``list_namespaces``, their async forms;
     delete paths: ``delete``, ``adelete``, a ``put`` of ``None`` through ``batch``.
     """
-    figures = zeros(*ADAPTER_FAILURES, "langchain_checked", "langgraph_checked", "camel_checked")
-    try:
-        from memcore.integrations import langchain  # noqa: F401  # only to know it imports
-    except ImportError:
-        pass
-    else:
-        with fresh_location(url) as location, open_store(location) as store:
-            _langchain_trust(store, figures)
-        figures["langchain_checked"] = 1
-    try:
-        from memcore.integrations import langgraph  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        with fresh_location(url) as location, open_store(location) as store:
-            _langgraph_trust(store, figures)
-        figures["langgraph_checked"] = 1
-    try:
-        from memcore.integrations import camel  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        with fresh_location(url) as location, open_store(location) as store:  # another embedder
-            _camel_trust(store, figures)
-        figures["camel_checked"] = 1
+    adapters = {"langchain": _langchain_trust, "langgraph": _langgraph_trust, "camel": _camel_trust}
+    figures = zeros(*ADAPTER_FAILURES, *(f"{name}_checked" for name in adapters))
+    for name, check in adapters.items():
+        try:
+            importlib.import_module(f"memcore.integrations.{name}")  # only to know it imports
+        except ImportError:
+            continue
+        with fresh_location(url) as location, open_store(location) as store:  # each its own store
+            check(store, figures)
+        figures[f"{name}_checked"] = 1
     return dict(figures)
 
 
