@@ -303,6 +303,38 @@ def test_an_embedding_batch_links_its_callers(traced: Traced) -> None:
     assert alone.parent is not None and alone.parent.span_id == first.context.span_id
 
 
+class _NamelessEmbedder(HashEmbedder):
+    """A model whose name cannot be read (say, a model card fetched lazily that times out)."""
+
+    @property
+    def name(self) -> str:
+        raise TimeoutError("model card fetch timed out")
+
+
+def test_a_span_that_cannot_be_described_never_fails_the_call_or_stays_current(traced: Traced) -> None:
+    from opentelemetry import trace
+
+    embedder = _NamelessEmbedder()
+    assert embedder.embed(["hello"]).shape == (1, embedder.dim)  # the call works, traced
+    assert not trace.get_current_span().get_span_context().is_valid  # no span left current
+    [span] = traced.spans()
+    assert span.name == "embeddings" and span.end_time is not None
+    assert asyncio.run(embedder.aembed(["hello"])).shape == (1, embedder.dim)
+
+
+def test_a_disabled_sdk_starts_no_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    exporter, provider = InMemorySpanExporter(), TracerProvider()  # reads the variable
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.instrument(provider)
+    try:
+        assert telemetry.tracing.active_tracer() is None  # no no-op span per call either
+        InMemoryStore().count(ALICE)
+        assert exporter.get_finished_spans() == ()
+    finally:
+        telemetry.reset()
+
+
 def test_uninstrument_emits_nothing(traced: Traced, memory: LongtermMemory) -> None:
     traced.clear()
     telemetry.uninstrument()

@@ -37,7 +37,8 @@ def _open_embedding(
 ) -> Opened:
     span, token = start_span(tracer, _embedding_name(embedder), "INTERNAL", None)
     if span.is_recording():
-        _describe_embedding(span, embedder, args[0] if args else kwargs.get("texts"))
+        with contextlib.suppress(Exception):  # a model whose name or dim fails still embeds
+            _describe_embedding(span, embedder, args[0] if args else kwargs.get("texts"))
     return Opened(span, token, lambda span, result: None)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,10 +36,11 @@ def memory_operation(operation: str) -> Callable[[F], F]:
         ) -> Opened | None:
             if in_memory_call.get() is memory:
                 return None
-            inside = in_memory_call.set(memory)
             span, token = start_span(tracer, operation, "INTERNAL", None)
             if span.is_recording():
-                _describe_memory(span, memory, operation, name)
+                with contextlib.suppress(Exception):  # a description never fails the call
+                    _describe_memory(span, memory, operation, name)
+            inside = in_memory_call.set(memory)
             return Opened(
                 span, token, lambda span, result: _describe_memory_result(span, name, args, result), inside
             )

@@ -65,7 +65,7 @@ def instrument(tracer_provider: TracerProvider | None = None, *, capture_content
     if tracer_provider is None:
         _tracer, _settled = None, False
     else:
-        _tracer, _settled = tracer_provider.get_tracer(TRACER_NAME, _version()), True
+        _tracer, _settled = _recording_tracer(tracer_provider), True
 
 
 def uninstrument() -> None:
@@ -152,8 +152,17 @@ def _follow() -> Tracer | None:
         provider = _global_provider()
     if type(provider) in _no_op_providers:
         return None
-    _tracer, _settled = provider.get_tracer(TRACER_NAME, _version()), True
+    _tracer, _settled = _recording_tracer(provider), True
     return _tracer
+
+
+def _recording_tracer(provider: TracerProvider) -> Tracer | None:
+    """``provider``'s tracer for memcore, or ``None`` if it is a no-op one (the SDK's when
+    ``OTEL_SDK_DISABLED`` is set), whose spans would only cost their context switches."""
+    from opentelemetry import trace
+
+    tracer = provider.get_tracer(TRACER_NAME, _version())
+    return None if isinstance(tracer, trace.NoOpTracer) else tracer
 
 
 # -- starting and ending spans ----------------------------------------------------------------
@@ -265,17 +274,35 @@ class Opened:
         self.span, self.token, self.describe, self.inside = span, token, describe, inside
 
     def close(self, error: BaseException | None, result: object = None) -> None:
-        """End the span: described by ``result`` when the call returned, failed when it raised."""
-        if self.inside is not None:
-            in_memory_call.reset(self.inside)
-        if error is None and self.span.is_recording():
-            self.describe(self.span, result)
-        end_span(self.span, self.token, error)
+        """End the span: described by ``result`` when the call returned, failed when it raised.
+
+        A description that fails costs its attributes, never the call's result or the span's end.
+        """
+        try:
+            if error is None and self.span.is_recording():
+                with contextlib.suppress(Exception):
+                    self.describe(self.span, result)
+        finally:
+            if self.inside is not None:
+                in_memory_call.reset(self.inside)
+            end_span(self.span, self.token, error)
 
 
 Opener = Callable[["Tracer", Any, tuple[Any, ...], dict[str, Any]], Opened | None]
 """``opener(tracer, self, args, kwargs)``: the span an instrumented call starts, or ``None``."""
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _open(
+    opener: Opener, tracer: Tracer, instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Opened | None:
+    """The span ``opener`` starts, or none if the opener fails: tracing never fails a call. An
+    opener fails before it starts its span, or not at all (it describes the span guarded), so a
+    failure leaves no span current."""
+    try:
+        return opener(tracer, instance, args, kwargs)
+    except Exception:
+        return None
 
 
 def instrumented(method: F, opener: Opener) -> F:
@@ -287,7 +314,7 @@ def instrumented(method: F, opener: Opener) -> F:
 
         async def traced_async(self: object, /, *args: Any, **kwargs: Any) -> Any:
             tracer = _tracer if _settled else _follow()
-            opened = None if tracer is None else opener(tracer, self, args, kwargs)
+            opened = None if tracer is None else _open(opener, tracer, self, args, kwargs)
             if opened is None:
                 return await method(self, *args, **kwargs)
             try:
@@ -303,7 +330,7 @@ def instrumented(method: F, opener: Opener) -> F:
 
     def traced(self: object, /, *args: Any, **kwargs: Any) -> Any:
         tracer = _tracer if _settled else _follow()
-        opened = None if tracer is None else opener(tracer, self, args, kwargs)
+        opened = None if tracer is None else _open(opener, tracer, self, args, kwargs)
         if opened is None:
             return method(self, *args, **kwargs)
         try:
