@@ -181,6 +181,10 @@ anything that gathers records from a scope wider than one exact scope keys them 
 """
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class MemoryRecord(MemcoreModel):
     """One stored message and everything needed to find it again.
 
@@ -203,19 +207,11 @@ class MemoryRecord(MemcoreModel):
     created_at: datetime = pydantic.Field(default_factory=utc_now)
     metadata: dict[str, MetadataValue] = pydantic.Field(default_factory=dict)
     kind: str = "turn"
-    expires_at: datetime | None = None
-    updated_at: datetime | None = None
-
-    @pydantic.model_serializer(mode="wrap")
-    def _omit_no_lifecycle(self, handler: pydantic.SerializerFunctionWrapHandler) -> Any:
-        # A record that never expires and was never updated serialises as it did before these
-        # fields existed: every store's copy stays as small, and older readers still parse it.
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in ("expires_at", "updated_at"):
-                if key in data and data[key] is None:
-                    del data[key]
-        return data
+    # Left out of the serialised form while unset: a record that never expires and was never
+    # updated serialises as it did before these fields existed, so every store's copy stays as
+    # small and older readers still parse it.
+    expires_at: datetime | None = pydantic.Field(default=None, exclude_if=_is_none)
+    updated_at: datetime | None = pydantic.Field(default=None, exclude_if=_is_none)
 
     @property
     def expires(self) -> datetime:
