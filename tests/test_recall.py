@@ -161,3 +161,20 @@ def test_recall_over_many_users_keeps_two_records_of_one_id_apart(mode: str) -> 
         ("alice", "alice paints sunsets"),
         ("bob", "bob paints harbours"),
     ], "each user's record keeps its own scope, content and score"
+
+
+@pytest.mark.parametrize("mode", ["dense", "keyword", "hybrid"])
+async def test_a_blocks_async_recall_answers_as_its_sync_recall(mode: str) -> None:
+    from memcore.agent.blocks import VectorBlock
+    from memcore.embedders.cache import cached
+
+    store, embedder = InMemoryStore(), cached(HashEmbedder())
+    scope = Scope(tenant="t", user_id="u", agent_id="a", session_id="s")
+    block = VectorBlock(store, embedder, scope, mode=mode)  # type: ignore[arg-type]
+    facts = ["my cat is called Mochi", "I fly to Lyon on Monday", "peanuts make me ill"]
+    block.write_records([MemoryRecord(scope=scope, message=Message(role="user", content=f)) for f in facts])
+    for query, text in [("what is my cat called", None), ("travel plans", "Lyon"), (None, "peanuts")]:
+        expected = block.retrieve(query, text=text, limit=2)
+        assert await block.aretrieve(query, text=text, limit=2) == expected
+    with pytest.raises(InvalidInputError):
+        await block.aretrieve("   ")

@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from memcore.agent.recall import HybridRecall, RecallMode, hybrid_search, resolved_mode
-from memcore.embedders.base import Embedder
+from memcore.embedders.base import Embedder, OffLoopEmbedding
 from memcore.errors import InvalidInputError, ScopeError
 from memcore.filters import Filter, FilterSpec, parse_filter
 from memcore.records import SUMMARY_KIND, ContextRecord, MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.store import Store
+from memcore.validation import Vector
 
 PINNED_ROLES = ("system", "developer")
 """The roles of the message pinned at the top of the history (its first one)."""
@@ -179,27 +180,59 @@ class VectorBlock:
 
         :raises InvalidInputError: if neither ``query`` nor ``text`` is a non-empty string.
         """
+        needed = self._needs_vector(query, text)
+        vector = self.embedder.embed([query])[0] if needed and query is not None else None
+        return self._retrieve(query, vector, text, limit, filter)
+
+    async def aretrieve(
+        self,
+        query: str | None = None,
+        *,
+        text: str | None = None,
+        limit: int | None = None,
+        filter: FilterSpec | Filter | None = None,
+    ) -> list[ContextRecord]:
+        """:meth:`retrieve`, awaited: the query embedded through the embedder's async API (off the
+        event loop, batched with other callers') where it has one, the store's reads on its workers."""
+        needed = self._needs_vector(query, text)
+        if not (needed and query is not None and isinstance(self.embedder, OffLoopEmbedding)):
+            return await self.store.run_in_worker(self.retrieve, query, text=text, limit=limit, filter=filter)
+        vector = (await self.embedder.aembed([query]))[0]
+        return await self.store.run_in_worker(self._retrieve, query, vector, text, limit, filter)
+
+    def _needs_vector(self, query: str | None, text: str | None) -> bool:
+        """Whether the query is matched by vector (checking the arguments first).
+
+        :raises InvalidInputError: if neither ``query`` nor ``text`` is a non-empty string.
+        """
         if query is not None and (not isinstance(query, str) or not query.strip()):
             raise InvalidInputError(f"a recall query is a non-empty string, got {query!r}")
         if query is None and text is None:
             raise InvalidInputError("recall needs a query, a text, or both")
+        return query is not None and not (text is None and self.mode == "keyword")
+
+    def _retrieve(
+        self,
+        query: str | None,
+        vector: Vector | None,
+        text: str | None,
+        limit: int | None,
+        filter: FilterSpec | Filter | None,
+    ) -> list[ContextRecord]:
         limit = limit or self.recall_limit
         if query is not None and text is None and self.mode == "keyword":
             hits = self.store.search(self.scope, keywords=query, filter=filter, limit=limit)
-        elif query is not None and text is None and self.mode == "hybrid":
-            node = parse_filter(filter)
-            vector = self.embedder.embed([query])[0]
+        elif query is not None and vector is not None and text is None and self.mode == "hybrid":
             hits = hybrid_search(
                 self.store,
                 self.scope,
                 vector=vector,
                 keywords=query,
-                filter=node,
+                filter=parse_filter(filter),
                 limit=limit,
                 settings=self.hybrid,
             )
         else:
-            vector = None if query is None else self.embedder.embed([query])[0]
             hits = self.store.search(self.scope, vector=vector, text=text, filter=filter, limit=limit)
         return [ContextRecord(record=hit.record, score=hit.score, source="recall") for hit in hits]
 

@@ -247,9 +247,8 @@ class MemoryTools:
         memory = self.memory(scope)
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError("recall needs a non-empty query")
-        await memory.embedder.aembed([query])  # on the model's worker; the recall below hits the cache
         spec: FilterSpec = RECALL_FILTER if not filter else {"$and": [RECALL_FILTER, filter]}  # {}: none
-        hits = await self.store.run_in_worker(memory.recall_block.retrieve, query, limit=limit, filter=spec)
+        hits = await memory.recall_block.aretrieve(query, limit=limit, filter=spec)
         return Memories(memories=[MemoryItem.of(hit.record, hit.score) for hit in hits])
 
     async def list(

@@ -287,13 +287,11 @@ class MemcoreSession:
             raise InvalidLimitError(f"limit must be a positive integer, got {wanted!r}")
         spec: FilterSpec = {"$and": [RECALL_FILTER, {f"metadata.{OWNER_KEY}": {"$ne": self._owner_digest}}]}
         fetch = min(2 * wanted, MAX_LIMIT)
-        if self._block is None or self._embedder is None:
+        if self._block is None:
             hits = await self.store.asearch(self.recall_scope, keywords=query, filter=spec, limit=fetch)
             records = [hit.record for hit in hits]
         else:
-            if self._block.mode != "keyword":
-                await self._embedder.aembed([query])  # on the model's worker; retrieve finds it cached
-            found = await self.store.run_in_worker(self._block.retrieve, query, filter=spec, limit=fetch)
+            found = await self._block.aretrieve(query, filter=spec, limit=fetch)
             records = [hit.record for hit in found]
         return [record for record in records if not record.message.tool_calls][:wanted]
 
