@@ -13,12 +13,14 @@ have changed it since.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.api.collection_configuration import CreateCollectionConfiguration
 from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Metadata
 from chromadb.errors import NotFoundError
 
 from memcore.errors import DimensionMismatchError, InvalidInputError, StoreCorruptedError
@@ -257,23 +259,15 @@ def backfill_expiry(collection: Collection) -> int:
 
     :returns: how many entries were given their key.
     """
-    fixed = 0
-    while True:
-        fixed_now, offset = 0, 0
-        while True:
-            page = collection.get(include=["metadatas"], limit=BACKFILL_PAGE, offset=offset)
-            if not page["ids"]:
-                break
-            metadatas = page["metadatas"] or []
-            missing = [i for i, m in zip(page["ids"], metadatas, strict=True) if EXPIRES_AT_KEY not in m]
-            if missing:
-                never: dict[str, Any] = {EXPIRES_AT_KEY: NEVER_EXPIRES_MICROS}
-                collection.update(ids=missing, metadatas=[never] * len(missing))
-                fixed_now += len(missing)
-            offset += len(page["ids"])
-        if not fixed_now:
-            return fixed
-        fixed += fixed_now
+
+    def fix(ids: list[str], metadatas: list[Metadata]) -> tuple[int, int]:
+        missing = [i for i, meta in zip(ids, metadatas, strict=True) if EXPIRES_AT_KEY not in meta]
+        if missing:
+            never: dict[str, Any] = {EXPIRES_AT_KEY: NEVER_EXPIRES_MICROS}
+            collection.update(ids=missing, metadatas=[never] * len(missing))
+        return len(missing), 0  # updated in place: nothing leaves the pages before the offset
+
+    return _repair_in_passes(collection, fix)
 
 
 def migrate_entry_ids(collection: Collection) -> int:
@@ -290,20 +284,39 @@ def migrate_entry_ids(collection: Collection) -> int:
     :returns: how many entries were moved.
     :raises StoreCorruptedError: if an entry of format 1 does not hold its record.
     """
-    moved = 0
+
+    def fix(ids: list[str], metadatas: list[Metadata]) -> tuple[int, int]:
+        old = [i for i, meta in zip(ids, metadatas, strict=True) if RECORD_ID_KEY not in meta]
+        return (_move(collection, old) if old else 0), len(old)  # the moved ones leave the page
+
+    return _repair_in_passes(collection, fix)
+
+
+PageRepair = Callable[[list[str], list[Metadata]], tuple[int, int]]
+"""``fix(ids, metadatas)`` -> (entries repaired, entries of the page moved out of place)."""
+
+
+def _repair_in_passes(collection: Collection, fix: PageRepair) -> int:
+    """Page through the collection's metadatas by offset, letting ``fix`` repair each page, in
+    passes until one repairs nothing (an entry shifted past a page meanwhile is caught by the next).
+
+    :param fix: ``fix(ids, metadatas)`` -> (how many entries it repaired, how many of the page's
+        entries it removed from where they were, so the next page starts that much earlier).
+    :returns: how many entries were repaired in all.
+    """
+    repaired = 0
     while True:
-        moved_now, offset = 0, 0
+        repaired_now, offset = 0, 0
         while True:
             page = collection.get(include=["metadatas"], limit=BACKFILL_PAGE, offset=offset)
             if not page["ids"]:
                 break
-            metadatas = page["metadatas"] or []
-            old = [i for i, meta in zip(page["ids"], metadatas, strict=True) if RECORD_ID_KEY not in meta]
-            moved_now += _move(collection, old) if old else 0
-            offset += len(page["ids"]) - len(old)  # the moved ones are gone from before the offset
-        if not moved_now:
-            return moved
-        moved += moved_now
+            fixed, removed = fix(page["ids"], list(page["metadatas"] or []))
+            repaired_now += fixed
+            offset += len(page["ids"]) - removed
+        if not repaired_now:
+            return repaired
+        repaired += repaired_now
 
 
 def _move(collection: Collection, ids: list[str]) -> int:
