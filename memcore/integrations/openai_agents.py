@@ -330,6 +330,8 @@ class MemcoreSession:
     # -- internals ---------------------------------------------------------------------------------
 
     def _was_recalled(self, text: str) -> bool:
+        if not self._recalled:  # the common case: no recall message is waiting to be dropped
+            return False
         canonical = _canonical(json.loads(text))
         if canonical in self._recalled:
             self._recalled.remove(canonical)

@@ -69,18 +69,10 @@ def mem_store() -> Iterator[Store]:
 # -- the guarantees every backend proves (memcore.testing.openai_agents_tests) ----------------------
 
 
-class TestAgentsSessionOnMemory(AgentsSessionTests):
+class TestAgentsSessionOnTheBuiltInStores(AgentsSessionTests):
     @pytest.fixture
-    def memcore_store(self) -> Iterator[Store]:
-        with open_store("memory://") as opened:
-            yield opened
-
-
-class TestAgentsSessionOnJsonl(AgentsSessionTests):
-    @pytest.fixture
-    def memcore_store(self, tmp_path: Path) -> Iterator[Store]:
-        with open_store(f"jsonl://{tmp_path / 'store'}") as opened:
-            yield opened
+    def memcore_store(self, store: Store) -> Store:
+        return store  # memory:// and jsonl://, the module's store fixture
 
 
 # -- the Session protocol --------------------------------------------------------------------------
@@ -416,16 +408,20 @@ async def test_every_kind_of_item_comes_back_equal_and_its_json_unchanged(store:
     assert [r.metadata[TYPE_KEY] for r in records[:4]] == ["message", "message", "message", "function_call"]
 
 
-async def test_new_items_follow_the_latest_even_when_it_was_stamped_ahead_of_this_clock(store: Store) -> None:
-    session = session_of(store)
-    ahead = MemoryRecord(
+def _stamped_an_hour_ahead(session: MemcoreSession) -> MemoryRecord:
+    """An item of ``session`` (content ``"ahead"``) as a process whose clock runs an hour ahead writes it."""
+    return MemoryRecord(
         scope=session.scope,
         message=Message(role="user", content="from a process whose clock runs an hour ahead"),
         kind=ITEM_KIND,
         metadata={ITEM_KEY: json.dumps({"role": "user", "content": "ahead"})},
         created_at=utc_now() + timedelta(hours=1),
     )
-    await store.aadd([ahead])
+
+
+async def test_new_items_follow_the_latest_even_when_it_was_stamped_ahead_of_this_clock(store: Store) -> None:
+    session = session_of(store)
+    await store.aadd([_stamped_an_hour_ahead(session)])
     await session.add_items([{"role": "user", "content": "now 1"}, {"role": "user", "content": "now 2"}])
     assert [i["content"] for i in await session.get_items()] == ["ahead", "now 1", "now 2"]
 
@@ -574,14 +570,7 @@ def test_readable_message_maps_item_types_to_roles() -> None:
 
 async def test_concurrent_adds_after_an_item_stamped_ahead_never_tie(mem_store: Store) -> None:
     session = session_of(mem_store)
-    ahead = MemoryRecord(
-        scope=session.scope,
-        message=Message(role="user", content="ahead"),
-        kind=ITEM_KIND,
-        metadata={ITEM_KEY: json.dumps({"role": "user", "content": "ahead"})},
-        created_at=utc_now() + timedelta(hours=1),
-    )
-    await mem_store.aadd([ahead])
+    await mem_store.aadd([_stamped_an_hour_ahead(session)])
     await asyncio.gather(*(session.add_items([{"role": "user", "content": str(i)}]) for i in range(10)))
     records = await mem_store.alist(session.scope.exact())
     assert len({record.created_at for record in records}) == 11
