@@ -345,7 +345,8 @@ class MemcoreLangGraphStore(BaseStore):
         return results
 
     def _check_op(self, op: Op) -> None:
-        """Everything about ``op`` that can be refused, before anything is read or written."""
+        """What about ``op`` can be refused before anything is read. A put's value is encoded (and
+        refused) once, where its record is built (:meth:`_prepare`): still before any write."""
         if isinstance(op, GetOp):
             check_labels(op.namespace)
             check_key(op.key)
@@ -372,7 +373,6 @@ class MemcoreLangGraphStore(BaseStore):
                 check_labels(op.namespace)
                 return
             self.layout.scope_of(check_item_namespace(op.namespace))
-            encode_value(op.value)
             if op.ttl is not None:
                 if isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)):
                     raise InvalidInputError(f"ttl is a number of minutes, got {op.ttl!r}")
