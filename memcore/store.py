@@ -222,6 +222,9 @@ class BaseStore(ABC):
     name: ClassVar[str]
     schemes: ClassVar[tuple[str, ...]]
     capabilities: ClassVar[Capabilities]
+    db_system_name: ClassVar[str | None] = None
+    """The engine, as OpenTelemetry's ``db.system.name`` names it on the store's spans
+    (``postgresql``, ``qdrant``...); ``None``: ``memcore.<name>``, a store memcore implements."""
 
     def __init__(self) -> None:
         self._closed = False

@@ -29,7 +29,7 @@ events then carry the exception's message too (memcore's messages may quote inpu
 
 from memcore.telemetry.embeddings import batch_scope, capture_context, traced_embed
 from memcore.telemetry.memories import memory_operation, note_query, note_records
-from memcore.telemetry.stores import DB_SYSTEMS, store_operation
+from memcore.telemetry.stores import store_operation
 from memcore.telemetry.tracing import (
     CAPTURE_ENV,
     TRACER_NAME,
@@ -44,7 +44,6 @@ from memcore.telemetry.tracing import (
 
 __all__ = [
     "CAPTURE_ENV",
-    "DB_SYSTEMS",
     "TRACER_NAME",
     "batch_scope",
     "capture_context",

@@ -3,34 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from memcore.telemetry.tracing import F, Opened, capturing_content, instrumented, start_span, store_spans_off
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-DB_SYSTEMS: Final[Mapping[str, str]] = {
-    "memory": "memcore.memory",
-    "jsonl": "memcore.jsonl",
-    "pgvector": "postgresql",
-    "qdrant": "qdrant",
-    "chroma": "chromadb",
-}
-"""``db.system.name`` by the store's name (up to its first ``-``); a store class may set
-``db_system_name`` itself; any other store is ``memcore.<name>``."""
-
-
 _store_names: dict[tuple[type, str], tuple[str, dict[str, str]]] = {}
-# -- store operations ---------------------------------------------------------------------------
 
 
 def db_system(store: object) -> str:
+    """The store's ``db.system.name``: its class's ``db_system_name``, else ``memcore.<name>``."""
     system = getattr(type(store), "db_system_name", None)
     if isinstance(system, str):
         return system
-    name = str(getattr(type(store), "name", type(store).__name__))
-    return DB_SYSTEMS.get(name.split("-")[0], f"memcore.{name}")
+    return f"memcore.{getattr(type(store), 'name', type(store).__name__)}"
 
 
 def _store_span_name(store: object, operation: str) -> tuple[str, dict[str, str]]:

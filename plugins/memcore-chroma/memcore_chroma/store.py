@@ -38,7 +38,7 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 from uuid import UUID
 
 import numpy as np
@@ -122,6 +122,7 @@ class ChromaStoreBase(BaseStore):
         setting of the collection (:meth:`_set_ef_search`); ``None`` leaves it as it is.
     """
 
+    db_system_name: ClassVar[str | None] = "chromadb"
     rebuilds_safely: bool = True
     """Whether this process is the collection's only user, so that a rebuild loses no one's writes."""
 

@@ -112,6 +112,7 @@ class PgvectorStore(BaseStore):
     """
 
     name: ClassVar[str] = "pgvector"
+    db_system_name: ClassVar[str | None] = "postgresql"
     schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
     capabilities: ClassVar[Capabilities] = Capabilities(durable=True, ann=True, server=True, expiry=True)
 

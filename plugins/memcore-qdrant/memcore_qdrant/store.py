@@ -131,6 +131,7 @@ class QdrantStore(BaseStore):
     """
 
     name: ClassVar[str] = "qdrant"
+    db_system_name: ClassVar[str | None] = "qdrant"
     schemes: ClassVar[tuple[str, ...]] = ("qdrant",)
     capabilities: ClassVar[Capabilities] = Capabilities(durable=True, keyword_index=True, expiry=True)
 
