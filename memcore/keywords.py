@@ -80,6 +80,13 @@ def term_counts(text: str) -> tuple[Mapping[str, int], int]:
     return _counted(text)
 
 
+def term_counts_unmemoised(text: str) -> tuple[Mapping[str, int], int]:
+    """:func:`term_counts` without filling its memo: for a text counted once, as an index does
+    when it stores a record (the memo would only hold a copy of every text indexed)."""
+    found = _terms.__wrapped__(text)
+    return Counter(found), len(found)
+
+
 @functools.lru_cache(maxsize=32_768)
 def _counted(text: str) -> tuple[Mapping[str, int], int]:
     found = terms(text)

@@ -30,7 +30,7 @@ from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import text_matches
-from memcore.stores.partition import Partition
+from memcore.stores.partition import Partition, RecordCache, Rows, session_code
 from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
@@ -41,6 +41,9 @@ Selection = list[tuple[Partition, npt.NDArray[np.bool_] | None]]
 """Partitions visible through a scope, each with the mask of its rows in the scope (``None``: all)."""
 
 _blas: ThreadpoolController | None = None
+_GATHER_FRACTION = 0.3
+"""Below this share of a partition's rows, a search scores only its candidates' vectors (gathered);
+above it, every row (one contiguous product is then cheaper than gathering)."""
 
 
 def single_blas_thread() -> AbstractContextManager[object]:
@@ -64,9 +67,11 @@ class ScopedIndex:
     def __init__(self, dimension: int | None = None) -> None:
         self.dimension = dimension
         self._partitions: dict[OwnerKey, Partition] = {}
-        # Every scope holding a record of each id (almost always one), for reads by id.
-        self._scopes_of: dict[UUID, dict[ScopeKey, Scope]] = {}
+        # The owners holding a record of each id (almost always one), for reads by id: the
+        # partition's own key, or a list of keys for an id several owners have.
+        self._holders: dict[int, OwnerKey | list[OwnerKey]] = {}
         self._size = 0
+        self._cache = RecordCache()
         self._by_field: list[dict[str, set[OwnerKey]]] = [{} for _ in SCOPE_FIELDS[:3]]
 
     def __len__(self) -> int:
@@ -74,7 +79,35 @@ class ScopedIndex:
 
     def contains(self, record: MemoryRecord) -> bool:
         """Whether a record with the scope and id of ``record`` is stored."""
-        return record.scope.as_tuple() in self._scopes_of.get(record.id, {})
+        partition = self._partitions.get(_owner_key(record.scope))
+        return partition is not None and (
+            partition.row_of(session_code(record.scope.session_id), record.id.int) is not None
+        )
+
+    def _owners_of(self, record_id: int) -> list[OwnerKey]:
+        found = self._holders.get(record_id)
+        if found is None:
+            return []
+        return found if isinstance(found, list) else [found]
+
+    def _hold(self, record_id: int, key: OwnerKey) -> None:
+        found = self._holders.get(record_id)
+        if found is None:
+            self._holders[record_id] = key
+        elif isinstance(found, list):
+            if key not in found:
+                found.append(key)
+        elif found != key:
+            self._holders[record_id] = [found, key]
+
+    def _release(self, record_id: int, key: OwnerKey) -> None:
+        found = self._holders[record_id]
+        if not isinstance(found, list):
+            del self._holders[record_id]
+            return
+        found.remove(key)
+        if len(found) == 1:
+            self._holders[record_id] = found[0]
 
     def check_upsert(self, vectors: Matrix | None) -> None:
         """Refuse a batch whose vectors would change the dimension."""
@@ -102,14 +135,12 @@ class ScopedIndex:
             vector = None
             if vectors is not None and (has_vector is None or has_vector[row]):
                 vector = vectors[row]
-            partition.put(record, vector)
-            scopes = self._scopes_of.setdefault(record.id, {})
-            if record.scope.as_tuple() not in scopes:
-                scopes[record.scope.as_tuple()] = record.scope
+            if partition.put(record, vector):
+                self._hold(record.id.int, partition.owner)
                 self._size += 1
 
-    def _new_partition(self, key: OwnerKey) -> Partition:
-        partition = Partition(self.dimension or 1)
+    def _new_partition(self, key: OwnerKey, *, keywords: bool = True) -> Partition:
+        partition = Partition(self.dimension or 1, key, self._cache, keywords=keywords)
         self._partitions[key] = partition
         for index, value in enumerate(key):
             if value is not None:
@@ -167,19 +198,19 @@ class ScopedIndex:
     def _rows(self, scope: Scope, ids: list[UUID], now: int | None) -> Iterator[tuple[Partition, int]]:
         """The partition and row of every record of ``ids`` visible through ``scope`` and live at ``now``."""
         for record_id in ids:
-            for record_scope in self._scopes_of.get(record_id, {}).values():
-                if scope.matches(record_scope):
-                    partition = self._partitions[_owner_key(record_scope)]
-                    row = partition.positions[(record_scope.session_id, record_id)]
-                    if partition.is_live(row, now):
+            key = record_id.int
+            for owner in self._owners_of(key):
+                partition = self._partitions[owner]
+                for row in partition.rows_of(key):
+                    if scope.matches(partition.scope_of(row)) and partition.is_live(row, now):
                         yield partition, row
 
     def get(self, scope: Scope, ids: list[UUID], now: int | None) -> list[MemoryRecord]:
-        return [partition.records[row] for partition, row in self._rows(scope, ids, now)]
+        return [partition.record(row) for partition, row in self._rows(scope, ids, now)]
 
     def vectors(self, scope: Scope, ids: list[UUID], now: int | None) -> list[tuple[UUID, Matrix]]:
         return [
-            (partition.records[row].id, partition.vectors[row].copy())
+            (partition.record_id(row), partition.vectors.row(row).copy())
             for partition, row in self._rows(scope, ids, now)
             if partition.has_vector[row]
         ]
@@ -191,9 +222,9 @@ class ScopedIndex:
         for partition, mask in self.select(prefix, now):
             sessions = partition.sessions[: partition.size]
             rows = np.arange(partition.size) if mask is None else np.flatnonzero(mask)
-            _, first, counts = np.unique(sessions[rows], return_index=True, return_counts=True)
-            for index, count in zip(first.tolist(), counts.tolist(), strict=True):
-                found.append((partition.records[int(rows[index])].scope, count))
+            codes, counts = np.unique(sessions[rows], return_counts=True)
+            for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+                found.append((partition.scopes[code], count))
         return found
 
     @staticmethod
@@ -223,7 +254,7 @@ class ScopedIndex:
             rows = partition.rows_in_order(order, after_us, before_us)
             if mask is not None:
                 rows = rows[mask[rows]]
-            candidates: Iterator[MemoryRecord] = (partition.records[row] for row in rows)
+            candidates: Iterator[MemoryRecord] = (partition.record(row) for row in rows)
         else:
             candidates = self._merged_in_order(selection, masks, order, after_us, before_us)
         if exact:
@@ -257,7 +288,7 @@ class ScopedIndex:
         positions = candidates[np.lexsort((keys[candidates], stamps[candidates]))]
         if order == "desc":
             positions = positions[::-1]
-        return (parts[owners[p]].records[rows[p]] for p in positions)
+        return (parts[owners[p]].record(rows[p]) for p in positions)
 
     def search(self, scope: Scope, request: SearchQuery, now: int | None) -> list[ScoredRecord]:
         query, text, node, limit = request.vector, request.text, request.filter, request.limit
@@ -273,26 +304,28 @@ class ScopedIndex:
         parts = [partition for partition, _ in selection]
         masks, exact = self._row_masks(selection, node)
         vector = query[0]
+        row_sets, score_sets = [], []
         with single_blas_thread():
-            scores = np.concatenate([p.vectors[: p.size] @ vector for p in parts])
-        # Where each partition's rows start in ``scores``: a position maps back to its
+            for partition, mask in zip(parts, masks, strict=True):
+                usable = partition.has_vector[: partition.size]
+                rows = np.flatnonzero(usable if mask is None else usable & mask)
+                if len(rows) <= _GATHER_FRACTION * partition.size:
+                    score_sets.append(partition.vectors.take(rows) @ vector)
+                else:
+                    score_sets.append(partition.vectors.products(vector, partition.size)[rows])
+                row_sets.append(rows)
+        scores = np.concatenate(score_sets)
+        # Where each partition's candidates start in ``scores``: a position maps back to its
         # partition and row only for the few ranked hits, not for every candidate.
-        starts = np.cumsum([0, *(p.size for p in parts)])
-        usable = np.concatenate(
-            [
-                p.has_vector[: p.size] if m is None else p.has_vector[: p.size] & m
-                for p, m in zip(parts, masks, strict=True)
-            ]
-        )
-        candidates = np.flatnonzero(usable)
+        starts = np.cumsum([0, *(len(rows) for rows in row_sets)])
+        candidates = np.arange(len(scores))
         if exact and text is None and len(candidates) > limit:
-            top = np.argpartition(-scores[candidates], limit - 1)[:limit]
-            candidates = candidates[top]
+            candidates = np.argpartition(-scores, limit - 1)[:limit]
         ranked = candidates[np.argsort(-scores[candidates], kind="stable")]
         hits: list[ScoredRecord] = []
         for position in ranked.tolist():
             owner = int(np.searchsorted(starts, position, side="right")) - 1
-            record = parts[owner].records[position - starts[owner]]
+            record = parts[owner].record(int(row_sets[owner][position - starts[owner]]))
             if text is not None and not text_matches(text, record.message.content):
                 continue
             if not exact and not evaluate(node, record):
@@ -325,11 +358,10 @@ class ScopedIndex:
             total_length += int(lengths.sum() if mask is None else lengths[mask].sum())
             in_partition = {}
             for term in wanted:
-                entries = postings.rows.get(term)
-                if not entries:
+                entries = postings.entries(term)
+                if entries is None:
                     continue
-                rows = np.fromiter(entries.keys(), dtype=np.intp, count=len(entries))
-                counts = np.fromiter(entries.values(), dtype=np.int64, count=len(entries))
+                rows, counts = entries
                 if mask is not None:
                     keep = mask[rows]
                     rows, counts = rows[keep], counts[keep]
@@ -359,17 +391,19 @@ class ScopedIndex:
         rows = np.concatenate([rows for _, rows, _ in scored])
         order = np.lexsort((keys, stamps, scores))[::-1][:limit]  # best first, then newest first
         best = zip(owners[order].tolist(), rows[order].tolist(), scores[order].tolist(), strict=True)
-        return [ScoredRecord.of(scored[owner][0].records[row], score) for owner, row, score in best]
+        return [ScoredRecord.of(scored[owner][0].record(row), score) for owner, row, score in best]
 
-    def _matching(self, scope: Scope, node: Filter | None, now: int | None) -> Iterator[MemoryRecord]:
+    def _matching(
+        self, scope: Scope, node: Filter | None, now: int | None
+    ) -> Iterator[tuple[Partition, int]]:
+        """The partition and row of each record visible through ``scope`` that matches ``node``."""
         selection = self.select(scope, now)
         masks, exact = self._row_masks(selection, node)
         for (partition, _), mask in zip(selection, masks, strict=True):
-            rows = range(partition.size) if mask is None else np.flatnonzero(mask)
+            rows = range(partition.size) if mask is None else np.flatnonzero(mask).tolist()
             for row in rows:
-                record = partition.records[row]
-                if exact or evaluate(node, record):
-                    yield record
+                if exact or evaluate(node, partition.record(row)):
+                    yield partition, row
 
     def count(self, scope: Scope, node: Filter | None, now: int | None) -> int:
         selection = self.select(scope, now)
@@ -382,24 +416,24 @@ class ScopedIndex:
 
     def matching_keys(self, scope: Scope, node: Filter | None) -> list[RecordKey]:
         """The scope and id of each record visible through ``scope`` that matches ``node``, expired or not."""
-        return [(record.scope, record.id) for record in self._matching(scope, node, None)]
+        return [(p.scope_of(row), p.record_id(row)) for p, row in self._matching(scope, node, None)]
 
     def visible_keys(self, scope: Scope, ids: list[UUID]) -> list[RecordKey]:
         """The scope and id of each record of ``ids`` visible through ``scope``, expired or not."""
-        return [(record.scope, record.id) for record in self.get(scope, ids, None)]
+        return [(p.scope_of(row), p.record_id(row)) for p, row in self._rows(scope, ids, None)]
 
     def remove(self, keys: list[RecordKey]) -> None:
         """Remove records by scope and id (keys not present are ignored)."""
         for scope, record_id in keys:
-            scopes = self._scopes_of.get(record_id, {})
-            if scopes.pop(scope.as_tuple(), None) is None:
-                continue
-            if not scopes:
-                del self._scopes_of[record_id]
-            self._size -= 1
             key = _owner_key(scope)
-            partition = self._partitions[key]
-            partition.remove((scope.session_id, record_id))
+            partition = self._partitions.get(key)
+            session, number = session_code(scope.session_id), record_id.int
+            if partition is None or partition.row_of(session, number) is None:
+                continue
+            partition.remove(session, number)
+            self._size -= 1
+            if not partition.rows_of(number):
+                self._release(number, partition.owner)
             if partition.size == 0:
                 self._drop_partition(key)
 
@@ -408,11 +442,52 @@ class ScopedIndex:
         partition = self._partitions.get(_owner_key(scope))
         if partition is None:
             return []
-        rows = np.flatnonzero(partition.exact_session_mask(scope.session_id))
+        rows = np.flatnonzero(partition.exact_session_mask(scope.session_id)).tolist()
         return [
-            (partition.records[row], partition.vectors[row] if partition.has_vector[row] else None)
+            (partition.record(row), partition.vectors.row(row) if partition.has_vector[row] else None)
             for row in rows
         ]
+
+    def scope_rows(self, scope: Scope) -> Rows:
+        """The records whose scope is exactly ``scope``, in columns (expired ones too)."""
+        partition = self._partitions.get(_owner_key(scope))
+        if partition is None:
+            return Rows.empty(self.dimension)
+        return partition.export(np.flatnonzero(partition.exact_session_mask(scope.session_id)))
+
+    def load_rows(self, scope: Scope, rows: Rows) -> None:
+        """Insert the records of ``rows``, all of exactly ``scope`` (as :meth:`scope_rows` gives them),
+        without decoding them.
+
+        :raises StoreCorruptedError: if an id appears twice, or is stored in ``scope`` already.
+        """
+        if not len(rows):
+            return
+        if rows.vectors is not None:
+            check_same_dimension(self.dimension, rows.vectors.shape[1])
+            if self.dimension is None:
+                self.dimension = rows.vectors.shape[1]
+                for partition in self._partitions.values():
+                    partition.set_dimension(self.dimension)
+        key = _owner_key(scope)
+        partition = self._partitions.get(key) or self._new_partition(key, keywords=False)
+        try:
+            loaded = partition.load(scope, rows)
+        finally:
+            if partition.size == 0:
+                self._drop_partition(key)
+        for number in loaded:
+            self._hold(number, partition.owner)
+        self._size += len(loaded)
+
+    def build_keyword_index(self, partitions: int) -> bool:
+        """Build the keyword index of up to ``partitions`` partitions loaded without one
+        (:meth:`load_rows`); whether any is left. A store calls it in the background after
+        loading, so the first hybrid recall of an agent does not build its index."""
+        missing = (p for p in self._partitions.values() if not p.has_postings)
+        for partition in itertools.islice(missing, partitions):
+            partition.postings()
+        return any(not p.has_postings for p in self._partitions.values())
 
     def scope_size(self, scope: Scope) -> int:
         """How many records have exactly ``scope``."""

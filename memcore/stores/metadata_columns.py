@@ -1,0 +1,155 @@
+"""One metadata key of one partition as typed columns, so a filter on it is a numpy mask.
+
+A metadata value is a string, a number, a boolean or a list of strings
+(:mod:`memcore.records`). Each row keeps its value's type in :attr:`MetadataColumn.types`,
+numbers and booleans in a float64 column and strings as codes, so ``$eq``, ``$in``,
+``$exists`` and the range operators select rows with vectorised comparisons; the few
+rows holding a list are tested one by one. The masks mean exactly what
+:func:`memcore.filters.evaluate` means: a string never equals a number, a boolean only
+equals a boolean, ranges compare numbers only. An int beyond 2**53, which float64
+cannot hold exactly, makes numeric tests on its column decline (``None``), and the
+caller evaluates those records one by one instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.filters import MISSING, is_number
+
+ABSENT, STRING, BOOLEAN, NUMBER, LIST = 0, 1, 2, 3, 4
+"""A row's type code in :attr:`MetadataColumn.types`."""
+_EXACT_INTEGERS = 2**53
+_RANGES: dict[str, Callable[[Any, Any], Any]] = {
+    "$gt": np.greater,
+    "$gte": np.greater_equal,
+    "$lt": np.less,
+    "$lte": np.less_equal,
+}
+
+Mask = npt.NDArray[np.bool_]
+
+
+class MetadataColumn:
+    """The values of one metadata key, one row per record of a partition."""
+
+    def __init__(self, capacity: int) -> None:
+        self.types = np.zeros(capacity, dtype=np.int8)
+        self.numbers = np.zeros(capacity, dtype=np.float64)
+        self.strings = np.zeros(capacity, dtype=np.int32)
+        self.string_codes: dict[str, int] = {}
+        self.lists: dict[int, frozenset[str]] = {}
+        """The rows holding a list, with its items."""
+        self.inexact: set[int] = set()
+        """The rows holding an int float64 cannot represent exactly."""
+
+    def reserve(self, capacity: int) -> None:
+        """Grow to hold ``capacity`` rows (new rows absent)."""
+        if capacity > len(self.types):
+            self.types = np.resize(self.types, capacity)
+            self.types[len(self.numbers) :] = ABSENT
+            self.numbers = np.resize(self.numbers, capacity)
+            self.strings = np.resize(self.strings, capacity)
+
+    def set(self, row: int, value: object) -> None:
+        """Store ``value`` (a metadata value or :data:`MISSING`) as row ``row``."""
+        self.clear(row)
+        if value is MISSING:
+            return
+        if isinstance(value, str):
+            self.types[row] = STRING
+            codes = self.string_codes
+            self.strings[row] = codes.setdefault(value, len(codes))
+        elif isinstance(value, bool):
+            self.types[row], self.numbers[row] = BOOLEAN, float(value)
+        elif is_number(value):
+            self.types[row], self.numbers[row] = NUMBER, float(value)  # type: ignore[arg-type]
+            if _inexact(value):
+                self.inexact.add(row)
+        else:
+            self.types[row] = LIST
+            self.lists[row] = frozenset(value)  # type: ignore[call-overload]
+
+    def clear(self, row: int) -> None:
+        """Make row ``row`` absent."""
+        if self.types[row] == LIST:
+            del self.lists[row]
+        self.inexact.discard(row)
+        self.types[row] = ABSENT
+
+    def move(self, source: int, target: int) -> None:
+        """Row ``source``'s value becomes row ``target``'s; ``source`` becomes absent."""
+        self.clear(target)
+        self.types[target] = self.types[source]
+        self.numbers[target] = self.numbers[source]
+        self.strings[target] = self.strings[source]
+        if self.types[source] == LIST:
+            self.lists[target] = self.lists.pop(source)
+        if source in self.inexact:
+            self.inexact.discard(source)
+            self.inexact.add(target)
+        self.types[source] = ABSENT
+
+    def mask(self, op: str, value: object, size: int) -> Mask | None:
+        """The rows among the first ``size`` that ``op value`` matches; ``None`` when numbers
+        beyond 2**53 are involved (the caller evaluates those records exactly instead)."""
+        types = self.types[:size]
+        if op == "$exists":
+            present: Mask = types != ABSENT
+            return present if value else ~present
+        if op in ("$eq", "$ne", "$in", "$nin"):
+            values = value if isinstance(value, tuple) else (value,)
+            matches = self._any_equal(values, size)
+            if matches is None:
+                return None
+            return ~matches if op in ("$ne", "$nin") else matches
+        if op == "$contains":
+            return self._lists_holding((value,), size)
+        compare = _RANGES.get(op)
+        if compare is None or not is_number(value):
+            return None if compare is None else np.zeros(size, dtype=bool)
+        if self.inexact or _inexact(value):
+            return None
+        ranged: Mask = (types == NUMBER) & compare(self.numbers[:size], value)
+        return ranged
+
+    def _any_equal(self, values: tuple[object, ...], size: int) -> Mask | None:
+        types = self.types[:size]
+        matches = np.zeros(size, dtype=bool)
+        strings = [v for v in values if isinstance(v, str)]
+        booleans = [float(v) for v in values if isinstance(v, bool)]
+        numbers = [v for v in values if is_number(v)]
+        if strings:
+            table = np.zeros(len(self.string_codes) + 1, dtype=bool)
+            for text in strings:
+                code = self.string_codes.get(text)
+                if code is not None:
+                    table[code] = True
+            matches |= (types == STRING) & table[self.strings[:size]]
+            if self.lists:
+                matches |= self._lists_holding(tuple(strings), size)
+        if booleans:
+            matches |= (types == BOOLEAN) & np.isin(self.numbers[:size], booleans)
+        if numbers:
+            if self.inexact or any(_inexact(v) for v in numbers):
+                return None
+            matches |= (types == NUMBER) & np.isin(self.numbers[:size], np.array(numbers, dtype=np.float64))
+        return matches
+
+    def _lists_holding(self, values: tuple[object, ...], size: int) -> Mask:
+        """The rows holding a list with one of ``values`` among its items."""
+        matches = np.zeros(size, dtype=bool)
+        wanted = {v for v in values if isinstance(v, str)}
+        for row, items in self.lists.items():
+            if row < size and not wanted.isdisjoint(items):
+                matches[row] = True
+        return matches
+
+
+def _inexact(value: object) -> bool:
+    """Whether ``value`` is an int float64 does not hold exactly (floats always compare exactly)."""
+    return isinstance(value, int) and abs(value) > _EXACT_INTEGERS

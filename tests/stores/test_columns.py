@@ -1,0 +1,160 @@
+"""The built-in index's columns: metadata masks mean what the reference evaluator means, vector
+blocks hold and score rows as one matrix would, and rows travel out and back in unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memcore.errors import StoreCorruptedError
+from memcore.filters import evaluate, parse_filter
+from memcore.queries import ListQuery, SearchQuery
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+from memcore.stores.metadata_columns import MetadataColumn
+from memcore.stores.scoped_index import ScopedIndex
+from memcore.stores.vector_blocks import BLOCK_ROWS, VectorBlocks
+
+SCOPE = Scope(tenant="t", user_id="u", agent_id="a", session_id="s")
+BIG = 2**53 + 1
+
+values = st.one_of(
+    st.just(None),  # no such key
+    st.sampled_from(["x", "y", "", "1"]),
+    st.booleans(),
+    st.sampled_from([0, 1, -1, 2, 1.0, 0.5, -0.0, BIG, 2**53, 2**60]),
+    st.lists(st.sampled_from(["x", "y", "z"]), max_size=3),
+)
+operands = st.one_of(
+    st.sampled_from(["x", "y", "1", ""]), st.booleans(), st.sampled_from([0, 1, 1.0, 0.5, -1, BIG, 2**53])
+)
+filters = st.one_of(
+    st.builds(lambda op, v: {"metadata.k": {op: v}}, st.sampled_from(["$eq", "$ne"]), operands),
+    st.builds(
+        lambda op, vs: {"metadata.k": {op: vs}},
+        st.sampled_from(["$in", "$nin"]),
+        st.lists(operands, max_size=4),
+    ),
+    st.builds(
+        lambda op, v: {"metadata.k": {op: v}},
+        st.sampled_from(["$gt", "$gte", "$lt", "$lte"]),
+        st.sampled_from([0, 1, 0.5, -1, BIG, 2**53]),
+    ),
+    st.builds(lambda v: {"metadata.k": {"$exists": v}}, st.booleans()),
+    st.builds(lambda v: {"metadata.k": {"$contains": v}}, st.sampled_from(["x", "z"])),
+)
+
+
+def _record(value: object, number: int) -> MemoryRecord:
+    metadata = {} if value is None else {"k": value}
+    return MemoryRecord(scope=SCOPE, message=Message(role="user", content=f"m{number}"), metadata=metadata)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(values, min_size=1, max_size=12), st.lists(st.integers(0, 11), max_size=4), filters)
+def test_metadata_masks_match_the_reference_evaluator(
+    stored: list[object], removed: list[int], spec: dict[str, object]
+) -> None:
+    index = ScopedIndex()
+    records = [_record(value, number) for number, value in enumerate(stored)]
+    index.upsert(records, None)
+    node = parse_filter(spec)
+    index.count(SCOPE, node, None)  # builds the column, so the removals below maintain it
+    gone = {records[i].id for i in removed if i < len(records)}
+    index.remove([(SCOPE, record_id) for record_id in gone])
+    kept = [r for r in records if r.id not in gone]
+    expected = {r.id for r in kept if evaluate(node, r)}
+    assert {r.id for r in index.ordered(SCOPE, ListQuery(node, "asc"), None)} == expected
+    assert index.count(SCOPE, node, None) == len(expected)
+
+
+def test_a_column_declines_numbers_float64_cannot_hold_and_answers_the_rest() -> None:
+    column = MetadataColumn(4)
+    for row, value in enumerate(["a", 3, BIG, ["a", "b"]]):
+        column.set(row, value)
+    assert column.mask("$eq", 3, 4) is None  # an int beyond 2**53 is in the column
+    assert column.mask("$gt", 2**53, 4) is None  # as float64, 2**53 + 1 would not be greater
+    assert column.mask("$eq", "a", 4).tolist() == [True, False, False, True]
+    assert column.mask("$exists", True, 4).tolist() == [True] * 4
+    column.clear(2)
+    assert column.mask("$eq", 3, 4).tolist() == [False, True, False, False]
+    column.move(3, 2)
+    assert column.mask("$contains", "b", 4).tolist() == [False, False, True, False]
+
+
+def test_vector_blocks_hold_and_score_rows_as_one_matrix_would() -> None:
+    rng = np.random.default_rng(0)
+    rows = 3 * BLOCK_ROWS + 17
+    matrix = rng.standard_normal((rows, 8)).astype(np.float32)
+    blocks = VectorBlocks(8)
+    blocks.reserve(5)
+    blocks.set_rows(0, matrix[:5])
+    blocks.reserve(rows)
+    blocks.set_rows(5, matrix[5:])
+    assert blocks.capacity == 4 * BLOCK_ROWS  # never more than one block spare
+    query = rng.standard_normal(8).astype(np.float32)
+    np.testing.assert_allclose(blocks.products(query, rows), matrix @ query, rtol=1e-5, atol=1e-5)
+    picked = rng.choice(rows, 50, replace=False)
+    np.testing.assert_array_equal(blocks.take(picked), matrix[picked])
+    blocks.move(rows - 1, 3)
+    np.testing.assert_array_equal(blocks.row(3), matrix[rows - 1])
+    assert not blocks.row(rows - 1).any()
+
+
+def test_a_partition_over_several_blocks_searches_deletes_and_exports_exactly() -> None:
+    rng = np.random.default_rng(1)
+    count = 2 * BLOCK_ROWS + 5
+    vectors = rng.standard_normal((count, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    records = [
+        MemoryRecord(scope=SCOPE, message=Message(role="user", content=f"m{i}"), metadata={"b": i % 100})
+        for i in range(count)
+    ]
+    index = ScopedIndex()
+    index.upsert(records, vectors)
+    gone = [records[i].id for i in range(0, count, 7)]
+    index.remove([(SCOPE, record_id) for record_id in gone])
+    alive = [i for i in range(count) if i % 7]
+    for spec in (None, {"metadata.b": {"$lt": 3}}, {"metadata.b": {"$lt": 60}}):
+        node = None if spec is None else parse_filter(spec)
+        query = SearchQuery(vector=vectors[alive[10]][None, :], text=None, filter=node, limit=10)
+        hits = [hit.record.id for hit in index.search(SCOPE, query, None)]
+        candidates = [i for i in alive if node is None or evaluate(node, records[i])]
+        best = sorted(candidates, key=lambda i: -float(vectors[i] @ vectors[alive[10]]))[:10]
+        assert hits == [records[i].id for i in best]
+    exported = index.scope_rows(SCOPE)
+    copy = ScopedIndex()
+    copy.load_rows(SCOPE, exported)
+    assert len(copy) == len(alive)
+    ids = [records[i].id for i in alive]
+    assert copy.get(SCOPE, ids, None) == index.get(SCOPE, ids, None)
+    assert dict((i, v.tolist()) for i, v in copy.vectors(SCOPE, ids, None)) == dict(
+        (i, v.tolist()) for i, v in index.vectors(SCOPE, ids, None)
+    )
+
+
+def test_loaded_rows_repeating_an_id_are_refused_whole() -> None:
+    index = ScopedIndex()
+    record = _record("x", 1)
+    index.upsert([record], None)
+    rows = index.scope_rows(SCOPE)
+    fresh = ScopedIndex()
+    doubled = dataclasses.replace(
+        rows,
+        **{
+            name: rows.encoded * 2 if name == "encoded" else np.repeat(getattr(rows, name), 2, axis=0)
+            for name in ("encoded", "ids", "created", "expires", "roles", "kinds", "vectors", "has_vector")
+            if getattr(rows, name) is not None
+        },
+    )
+    with pytest.raises(StoreCorruptedError):
+        fresh.load_rows(SCOPE, doubled)
+    assert len(fresh) == 0
+    fresh.load_rows(SCOPE, rows)
+    with pytest.raises(StoreCorruptedError):
+        fresh.load_rows(SCOPE, rows)  # already there
+    assert fresh.get(SCOPE, [record.id], None) == [record]
