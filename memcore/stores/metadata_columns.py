@@ -46,6 +46,10 @@ class MetadataColumn:
         """The rows holding a list, with its items."""
         self.inexact: set[int] = set()
         """The rows holding an int float64 cannot represent exactly."""
+        self.lowest = np.inf
+        self.highest = -np.inf
+        """Bounds of every number this column has held (never narrowed when one leaves): a range
+        outside them matches no row, which a search learns without comparing any."""
 
     def reserve(self, capacity: int) -> None:
         """Grow to hold ``capacity`` rows (new rows absent)."""
@@ -67,7 +71,9 @@ class MetadataColumn:
         elif isinstance(value, bool):
             self.types[row], self.numbers[row] = BOOLEAN, float(value)
         elif is_number(value):
-            self.types[row], self.numbers[row] = NUMBER, float(value)  # type: ignore[arg-type]
+            number = float(value)  # type: ignore[arg-type]
+            self.types[row], self.numbers[row] = NUMBER, number
+            self.lowest, self.highest = min(self.lowest, number), max(self.highest, number)
             if _inexact(value):
                 self.inexact.add(row)
         else:
@@ -114,6 +120,8 @@ class MetadataColumn:
             return None if compare is None else np.zeros(size, dtype=bool)
         if self.inexact or _inexact(value):
             return None
+        if not compare(self.highest, value) and not compare(self.lowest, value):
+            return np.zeros(size, dtype=bool)  # both bounds fail, so every number between does
         ranged: Mask = (types == NUMBER) & compare(self.numbers[:size], value)
         return ranged
 

@@ -304,16 +304,21 @@ class ScopedIndex:
         parts = [partition for partition, _ in selection]
         masks, exact = self._row_masks(selection, node)
         vector = query[0]
-        row_sets, score_sets = [], []
+        row_sets, score_sets, owners = [], [], []
         with single_blas_thread():
             for partition, mask in zip(parts, masks, strict=True):
                 usable = partition.has_vector[: partition.size]
                 rows = np.flatnonzero(usable if mask is None else usable & mask)
+                if not len(rows):
+                    continue
+                owners.append(partition)
                 if len(rows) <= _GATHER_FRACTION * partition.size:
                     score_sets.append(partition.vectors.take(rows) @ vector)
                 else:
                     score_sets.append(partition.vectors.products(vector, partition.size)[rows])
                 row_sets.append(rows)
+        if not owners:
+            return []
         scores = np.concatenate(score_sets)
         # Where each partition's candidates start in ``scores``: a position maps back to its
         # partition and row only for the few ranked hits, not for every candidate.
@@ -325,7 +330,7 @@ class ScopedIndex:
         hits: list[ScoredRecord] = []
         for position in ranked.tolist():
             owner = int(np.searchsorted(starts, position, side="right")) - 1
-            record = parts[owner].record(int(row_sets[owner][position - starts[owner]]))
+            record = owners[owner].record(int(row_sets[owner][position - starts[owner]]))
             if text is not None and not text_matches(text, record.message.content):
                 continue
             if not exact and not evaluate(node, record):
