@@ -70,11 +70,19 @@ def record(index: int) -> MemoryRecord:
     """Record ``index``: a short message in its scope, with its bucket."""
     return MemoryRecord(
         scope=record_scope(index),
-        message=Message(
-            role="user" if index % 2 else "assistant", content=f"turn {index} on topic {index % 37}"
-        ),
+        message=Message(role="user" if index % 2 else "assistant", content=record_text(index)),
         metadata={"bucket": index % 100},
     )
+
+
+def text_bytes(size: int) -> int:
+    """The UTF-8 bytes of the message texts of records ``0 .. size - 1``."""
+    return sum(len(record_text(index).encode()) for index in range(size))
+
+
+def record_text(index: int) -> str:
+    """The message text of record ``index``."""
+    return f"turn {index} on topic {index % 37}"
 
 
 def selective_scope(percent: int, variant: int) -> Scope:

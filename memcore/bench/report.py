@@ -23,7 +23,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     """One row per store and size, and one per size for the numpy floor; latencies are p50 in ms.
 
     ``x floor`` is the store's p50 over the floor's p50 for the scoped 10 % case,
-    measured in the same run: a ratio that holds across machines.
+    measured in the same run: a ratio that holds across machines. ``x data`` is the load's
+    peak memory growth over the bytes of the vectors and message texts written.
     """
     header = [
         "store",
@@ -34,6 +35,8 @@ def markdown_table(results: dict[str, Any]) -> str:
         "delete p50",
         "x floor (scope-10%)",
         "load peak MiB",
+        "bytes/record",
+        "x data",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in results["runs"]:
@@ -42,11 +45,11 @@ def markdown_table(results: dict[str, Any]) -> str:
         cells = [run["store"], str(run["size"]), str(run["insert_records_per_s"])]
         cells += [f"{search[case]['p50_ms']:.2f}" for case in CASES]
         cells += [f"{search['recall_at_10']:.3f}", f"{run['delete']['p50_ms']:.2f}", f"{ratio:.2f}"]
-        cells.append(str(run["peak_rss_growth_mb"]))
+        cells += _memory_cells(run)
         lines.append("| " + " | ".join(cells) + " |")
     for run in _one_run_per_size(results["runs"]):
         cells = ["numpy floor", str(run["size"]), "-", *(f"{run['floor'][c]['p50_ms']:.2f}" for c in CASES)]
-        lines.append("| " + " | ".join([*cells, "1.000", "-", "1.00", "-"]) + " |")
+        lines.append("| " + " | ".join([*cells, "1.000", "-", "1.00", "-", "-", "-"]) + " |")
     if results.get("adapter_overhead"):
         lines += [
             "",
@@ -83,6 +86,16 @@ def markdown_table(results: dict[str, Any]) -> str:
                 f"| {row['reference_get_context']['p50_ms']:.2f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _memory_cells(run: dict[str, Any]) -> list[str]:
+    """Load peak MiB, bytes per record, and the peak over the data's bytes ("-" where unmeasured)."""
+    peak = run["peak_rss_growth_mb"]
+    if peak is None:
+        return ["-", "-", "-"]
+    data = run.get("data_bytes")
+    ratio = f"{peak * 2**20 / data:.2f}" if data else "-"
+    return [str(peak), f"{peak * 2**20 / run['size']:.0f}", ratio]
 
 
 def _one_run_per_size(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

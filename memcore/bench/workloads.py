@@ -27,6 +27,7 @@ from memcore.bench.dataset import (
     record,
     scope_rows,
     selective_scope,
+    text_bytes,
 )
 from memcore.bench.floor import ExactFloor
 from memcore.bench.progress import Progress
@@ -221,4 +222,5 @@ def run_store(url: str, dataset: Dataset, queries: int, progress: Progress) -> d
         "floor": floor,
         "delete": deletes,
         "peak_rss_growth_mb": memory.growth_mb,
+        "data_bytes": dataset.vectors.nbytes + text_bytes(dataset.size),
     }
