@@ -7,19 +7,28 @@ Layout under the root folder (folders 0700, files 0600)::
     scopes/<scope digest>/
         entries.jsonl               append-only puts and delete tombstones
         meta.json                   the scope, schema version, lines skipped at last open
+        snapshot.bin                the live records up to a point of the log, in columns
 
 Every write is fsynced before the call returns, so an acknowledged write
 survives a killed process; a torn or corrupt line is skipped and counted, never
-fatal (see :mod:`memcore.stores.jsonl_log`). On open, the logs are replayed into
-a :class:`~memcore.stores.scoped_index.ScopedIndex`, which answers every read.
+fatal (see :mod:`memcore.stores.jsonl_log`). On open, each scope's snapshot is
+loaded and its log replayed past the point the snapshot covers (the whole log
+when there is no valid snapshot) into a
+:class:`~memcore.stores.scoped_index.ScopedIndex`, which answers every read.
+
+The log is the source of truth, a snapshot only a checked accelerator (see
+:mod:`memcore.stores.jsonl_snapshot`). A scope gets a new snapshot at
+:meth:`close` once enough lines were written past its snapshot (see
+:data:`SNAPSHOT_REWRITE_RATIO`), and at every compaction.
 
 A batch is atomic per scope: the lines one :meth:`add` writes into one scope's
 log become visible together or not at all. A batch spanning several scopes is
 written scope by scope, so a crash can leave some scopes' part applied.
 
 Deleted records stay in the logs as superseded lines until :meth:`compact`
-(also :meth:`purge`) rewrites them; a log whose dead lines outnumber its live
-records is compacted automatically once it holds over 1,000 dead lines.
+(also :meth:`purge`) rewrites them, and the scope's snapshot with them; a log
+whose dead lines outnumber its live records is compacted automatically once it
+holds over 1,000 dead lines.
 """
 
 from __future__ import annotations
@@ -50,7 +59,8 @@ from memcore.queries import KeywordQuery, ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import BaseStore, Capabilities, VectorSpace
-from memcore.stores import jsonl_log
+from memcore.stores import jsonl_log, jsonl_snapshot
+from memcore.stores.partition import Rows
 from memcore.stores.scoped_index import RecordKey, ScopedIndex
 from memcore.urls import DIMENSION, StoreURL
 from memcore.validation import Matrix, check_dimension
@@ -58,6 +68,12 @@ from memcore.validation import Matrix, check_dimension
 FORMAT = "memcore-jsonl"
 SCHEMA_VERSION = 1
 AUTO_COMPACT_DEAD_LINES = 1_000
+SNAPSHOT_MIN_LINES = 16
+SNAPSHOT_REWRITE_RATIO = 32
+"""At close, a scope gets a new snapshot once its log holds :data:`SNAPSHOT_MIN_LINES` lines past
+its snapshot, and at least 1/``SNAPSHOT_REWRITE_RATIO`` of the lines the snapshot covers: fewer
+replay about as fast as a snapshot loads, and rewriting a large snapshot for a few new lines
+would make every close slow."""
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +84,10 @@ class _ScopeLog:
 
     scope: Scope
     folder: Path
+    lines: int = 0
+    """Lines in the log, corrupt ones included."""
+    covered_lines: int = 0
+    """Lines of the log that the scope's snapshot covers (0: no snapshot)."""
     dead_lines: int = 0
     needs_newline: bool = False
     skipped_lines: int = 0
@@ -76,6 +96,10 @@ class _ScopeLog:
     @property
     def entries(self) -> Path:
         return self.folder / "entries.jsonl"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.folder / jsonl_snapshot.SNAPSHOT_NAME
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -136,6 +160,16 @@ class JsonlStore(BaseStore):
         except BaseException:
             os.close(self._lock_fd)
             raise
+        threading.Thread(target=self._build_keyword_index, name="memcore-jsonl-keywords", daemon=True).start()
+
+    def _build_keyword_index(self) -> None:
+        """Build the keyword index of the partitions snapshots loaded (which come without one), in
+        the background and one partition at a time under the store's lock, so that no agent's first
+        hybrid recall builds its own. Once the store is closed its index is empty, and this ends."""
+        more = True
+        while more:
+            with self._lock:
+                more = self._index.build_keyword_index(1)
 
     url_params: ClassVar[frozenset[str]] = frozenset({DIMENSION})
 
@@ -200,31 +234,51 @@ class JsonlStore(BaseStore):
                 raise
 
     def _replay(self) -> None:
-        # The last operation on each record, a record being its scope's log plus its id.
+        # The last operation past the snapshot on each record, a record being its scope's log plus its id.
         latest: dict[tuple[str, UUID], tuple[jsonl_log.Operation, _ScopeLog]] = {}
         scopes_dir = self.path / "scopes"
         jsonl_log.remove_unfinished_dirs(scopes_dir)
         for folder in jsonl_log.iter_scope_dirs(scopes_dir):
             log = self._open_scope_log(folder)
             self._logs[log.scope.as_tuple()] = log
+            start = self._load_snapshot(log)
             if log.entries.exists():
-                result = jsonl_log.read_log(log.entries)
+                result = jsonl_log.read_log(log.entries, start)
                 log.needs_newline = not result.ends_with_newline
-                log.skipped_lines = log.dead_lines = result.skipped_lines
+                log.skipped_lines += result.skipped_lines
+                log.lines += len(result.operations) + result.skipped_lines
                 for operation in result.operations:
                     self._next_seq = max(self._next_seq, operation.seq + 1)
                     key = (folder.name, operation.record_id)
                     previous = latest.get(key)
                     if previous is None or previous[0].seq < operation.seq:
                         latest[key] = (operation, log)
-                        if previous is not None:
-                            previous[1].dead_lines += 1
-                    else:
-                        log.dead_lines += 1
         self._load_index(latest.values())
         for log in self._logs.values():
+            log.dead_lines = log.lines - self._index.scope_size(log.scope)
             if log.skipped_lines != log.skipped_at_last_open:
                 self._write_scope_meta(log)
+
+    def _load_snapshot(self, log: _ScopeLog) -> int:
+        """Load the scope's snapshot if it is valid and of its log; the log offset to replay from."""
+        log.snapshot.with_name(log.snapshot.name + ".tmp").unlink(missing_ok=True)
+        try:
+            rows, mark = jsonl_snapshot.read_snapshot(log.snapshot, log.scope, self._index.dimension)
+            if not jsonl_snapshot.log_matches(log.entries, mark):
+                raise jsonl_snapshot.SnapshotRejectedError("its log was rewritten or cut short since")
+            if mark.offset == 0 and len(rows):
+                raise jsonl_snapshot.SnapshotRejectedError("it holds records its log does not")
+            self._index.load_rows(log.scope, rows)  # all or nothing; refuses a repeated id
+        except FileNotFoundError:
+            return 0
+        except (OSError, jsonl_snapshot.SnapshotRejectedError, StoreCorruptedError) as exc:
+            logger.warning("ignoring %s and replaying the whole log: %s", log.snapshot, exc)
+            log.snapshot.unlink(missing_ok=True)
+            return 0
+        self._next_seq = max(self._next_seq, mark.next_seq)
+        log.lines = log.covered_lines = mark.lines
+        log.skipped_lines = mark.skipped
+        return mark.offset
 
     def _open_scope_log(self, folder: Path) -> _ScopeLog:
         meta = _read_json(folder / "meta.json")
@@ -242,23 +296,27 @@ class JsonlStore(BaseStore):
         return log
 
     def _load_index(self, latest: Iterable[tuple[jsonl_log.Operation, _ScopeLog]]) -> None:
+        """Apply the last operation on each record past the snapshots (which are loaded)."""
         records: list[MemoryRecord] = []
         vectors: list[Matrix | None] = []
+        gone: list[RecordKey] = []
         for operation, log in latest:
             if operation.op == "del":
-                log.dead_lines += 1
+                gone.append((log.scope, operation.record_id))
                 continue
             try:
                 record = MemoryRecord.model_validate(operation.record)
             except MemcoreError:
                 record = None
             if record is None or record.scope.as_tuple() != log.scope.as_tuple():
-                # Unreadable, or a line that is not of its folder's scope (never written so).
+                # Unreadable, or a line that is not of its folder's scope (never written so):
+                # it still supersedes what the snapshot holds under its id, as in a full replay.
                 log.skipped_lines += 1
-                log.dead_lines += 1
+                gone.append((log.scope, operation.record_id))
                 continue
             records.append(record)
             vectors.append(operation.vector)
+        self._index.remove(gone)
         dimension = self._index.dimension or next((len(v) for v in vectors if v is not None), None)
         if dimension is None:
             self._index.upsert(records, None)
@@ -314,6 +372,7 @@ class JsonlStore(BaseStore):
                 + stored
             ) from None
         log.needs_newline = False
+        log.lines += len(lines)
 
     def _take_seq(self) -> int:
         seq = self._next_seq
@@ -399,17 +458,61 @@ class JsonlStore(BaseStore):
             )
 
     def _compact_scope(self, log: _ScopeLog) -> None:
-        entries = self._index.scope_entries(log.scope)
-        if not entries:
+        """Rewrite the scope's log with its live records only, then its snapshot.
+
+        In this order, a crash in between leaves a snapshot of the old log, which no
+        longer matches the log and is ignored (and removed) at the next open.
+        """
+        rows = self._index.scope_rows(log.scope)
+        if not len(rows):
             jsonl_log.remove_dir_atomically(log.folder)
             del self._logs[log.scope.as_tuple()]
             return
-        batch = uuid.uuid4().hex
-        lines = [jsonl_log.encode_put(self._take_seq(), batch, len(entries), r, v) for r, v in entries]
+        batch, n, vectors = uuid.uuid4().hex, len(rows), rows.vectors
+        lines = [
+            jsonl_log.encode_put_json(
+                self._take_seq(),
+                batch,
+                n,
+                encoded,
+                vectors[row] if vectors is not None and rows.has_vector[row] else None,
+            )
+            for row, encoded in enumerate(rows.encoded)
+        ]
         jsonl_log.write_atomically(log.entries, b"".join(lines))
+        log.lines, log.covered_lines = n, 0
         log.dead_lines = log.skipped_lines = 0
         log.needs_newline = False
         self._write_scope_meta(log)
+        if n >= SNAPSHOT_MIN_LINES:
+            self._write_snapshot(log, rows, durable=True)
+        elif log.snapshot.exists():
+            log.snapshot.unlink()
+            fsync_dir(log.folder)
+
+    def _write_snapshot(self, log: _ScopeLog, rows: Rows, *, durable: bool) -> None:
+        mark = jsonl_snapshot.mark_log(
+            log.entries,
+            lines=log.lines,
+            skipped=log.skipped_lines,
+            next_seq=self._next_seq,
+            torn_tail=log.needs_newline,
+        )
+        jsonl_snapshot.write_snapshot(log.snapshot, log.scope, rows, mark, durable=durable)
+        log.covered_lines = mark.lines
+
+    def _snapshot_on_close(self) -> None:
+        """Snapshot each scope whose log grew enough past its snapshot; best effort."""
+        for log in list(self._logs.values()):
+            past = log.lines - log.covered_lines
+            if past < SNAPSHOT_MIN_LINES or past * SNAPSHOT_REWRITE_RATIO < log.covered_lines:
+                continue
+            try:
+                self._write_snapshot(log, self._index.scope_rows(log.scope), durable=False)
+            except OSError as exc:
+                logger.warning(
+                    "writing the snapshot %s failed (%s); the log is replayed instead", log.snapshot, exc
+                )
 
     def compact(self) -> None:
         """Rewrite every scope's log with only its live records.
@@ -482,5 +585,8 @@ class JsonlStore(BaseStore):
 
     def _close(self) -> None:
         with self._lock:
-            self._index = ScopedIndex(self._index.dimension)
-            os.close(self._lock_fd)
+            try:
+                self._snapshot_on_close()
+            finally:
+                self._index = ScopedIndex(self._index.dimension)
+                os.close(self._lock_fd)

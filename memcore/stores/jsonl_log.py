@@ -67,13 +67,22 @@ def _seal(body: str) -> bytes:
 
 def encode_put(seq: int, batch: str, n: int, record: MemoryRecord, vector: Matrix | None) -> bytes:
     """The line that stores ``record`` (and its vector)."""
-    encoded = "null"
+    return encode_put_json(seq, batch, n, record.model_dump_json().encode(), vector)
+
+
+def encode_put_json(seq: int, batch: str, n: int, record_json: bytes, vector: Matrix | None) -> bytes:
+    """The line that stores the record whose JSON (as ``model_dump_json`` writes it) is ``record_json``."""
+    encoded = b"null"
     if vector is not None:
-        encoded = '"' + base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode() + '"'
-    return _seal(
-        f'{{"op":"put","seq":{seq},"batch":"{batch}","n":{n},"vector":{encoded},'
-        f'"record":{record.model_dump_json()}'
+        encoded = b'"' + base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()) + b'"'
+    body = b'{"op":"put","seq":%d,"batch":"%s","n":%d,"vector":%s,"record":%s' % (
+        seq,
+        batch.encode(),
+        n,
+        encoded,
+        record_json,
     )
+    return body + b',"crc":"%08x"}\n' % zlib.crc32(body)
 
 
 def encode_delete(seq: int, batch: str, n: int, record_id: UUID) -> bytes:
@@ -91,7 +100,7 @@ def _decode(line: bytes) -> tuple[str, int, Operation] | None:
     try:
         if int(suffix[8:16], 16) != zlib.crc32(body):
             return None
-        data = json.loads(body + b"}")
+        data = json.loads((body + b"}").decode())
         batch, n, seq = str(data["batch"]), int(data["n"]), int(data["seq"])
         if data["op"] == "del":
             return batch, n, Operation("del", seq, UUID(data["id"]))
@@ -104,18 +113,23 @@ def _decode(line: bytes) -> tuple[str, int, Operation] | None:
         return None
 
 
-def read_log(path: Path) -> LogReadResult:
-    """Every operation of complete, intact batches in ``path``; count what is skipped.
+def read_log(path: Path, start: int = 0) -> LogReadResult:
+    """Every operation of complete, intact batches in ``path`` from byte ``start`` on; count what is skipped.
 
     Corrupt lines (bad checksum, torn, garbage) and the lines of incomplete
     batches are skipped and counted, never fatal.
+
+    :param start: where to begin (a line boundary: where a snapshot stopped).
     """
     operations: list[Operation] = []
     skipped = 0
     pending: list[Operation] = []
     pending_batch, pending_n = "", 0
-    last_byte = b"\n"
     with open(path, "rb") as handle:
+        last_byte = b"\n"
+        if start:
+            handle.seek(start - 1)
+            last_byte = handle.read(1)
         for line in handle:
             last_byte = line[-1:]
             decoded = _decode(line)

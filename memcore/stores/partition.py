@@ -78,7 +78,7 @@ class Rows:
 
     encoded: list[bytes]
     """Each record's whole JSON: what :meth:`MemoryRecord.model_dump_json` writes, or the same
-    record with null fields left out."""
+    record with null fields left out and the scope first (as :meth:`ScopedIndex.scope_rows` gives it)."""
     ids: npt.NDArray[np.uint8]
     """Each record's UUID as 16 bytes: shape ``(n, 16)``."""
     created: npt.NDArray[np.int64]
@@ -131,18 +131,27 @@ def _compact(record: MemoryRecord) -> bytes:
     return record.model_dump_json(exclude={"scope"}, exclude_none=True).encode()
 
 
-def _without_scope(data: bytes, scope: Scope) -> bytes:
-    """A record's whole JSON (``data``, of ``scope``) in the compact form rows keep.
+def _without_scope(encoded: list[bytes], scope: Scope) -> list[bytes]:
+    """Records' whole JSON (all of ``scope``) in the compact form rows keep.
 
-    The JSON a store wrote puts the scope second, after the id; any other layout is parsed and
-    written again (the scope dropped is the one every row of the session is read back with).
+    The JSON a partition exports puts the scope first, and ``model_dump_json`` second, after the
+    id: both are cut without parsing. Any other layout is parsed and written again (the scope
+    dropped is the one every row of the session is read back with).
     """
-    marker = b'"scope":' + scope.model_dump_json().encode() + b","
-    if data[45 : 45 + len(marker)] == marker:
-        return data[:45] + data[45 + len(marker) :]
-    parsed = json.loads(data)
-    parsed.pop("scope", None)
-    return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode()
+    scope_json = b'"scope":' + scope.model_dump_json().encode() + b","
+    first = b"{" + scope_json
+    compact = []
+    for data in encoded:
+        # A second "scope" key (which a later key would win as) sends the record to the parser.
+        if data.startswith(first) and data.count(b'"scope":') == 1:
+            compact.append(b"{" + data[len(first) :])
+        elif data[45 : 45 + len(scope_json)] == scope_json and data.count(b'"scope":') == 1:
+            compact.append(data[:45] + data[45 + len(scope_json) :])
+        else:
+            parsed = json.loads(data)
+            parsed.pop("scope", None)
+            compact.append(json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode())
+    return compact
 
 
 def _names(field: str, codes: npt.NDArray[np.int32]) -> npt.NDArray[np.str_]:
@@ -381,7 +390,7 @@ class Partition:
         self._reserve(start + count)
         stop = start + count
         self._add_scope(session, scope)
-        self.encoded.extend(_without_scope(data, scope) for data in rows.encoded)
+        self.encoded.extend(_without_scope(rows.encoded, scope))
         self.id_keys[start:stop], self.id_low[start:stop] = high, low
         self.timestamps[start:stop] = rows.created
         self.expiries[start:stop] = rows.expires

@@ -72,6 +72,8 @@ class ScopedIndex:
         self._holders: dict[int, OwnerKey | list[OwnerKey]] = {}
         self._size = 0
         self._cache = RecordCache()
+        self._unindexed: list[OwnerKey] = []
+        """Partitions loaded without a keyword index (:meth:`build_keyword_index`), last first."""
         self._by_field: list[dict[str, set[OwnerKey]]] = [{} for _ in SCOPE_FIELDS[:3]]
 
     def __len__(self) -> int:
@@ -475,7 +477,10 @@ class ScopedIndex:
                 for partition in self._partitions.values():
                     partition.set_dimension(self.dimension)
         key = _owner_key(scope)
-        partition = self._partitions.get(key) or self._new_partition(key, keywords=False)
+        found = self._partitions.get(key)
+        if found is None:
+            self._unindexed.append(key)
+        partition = found or self._new_partition(key, keywords=False)
         try:
             loaded = partition.load(scope, rows)
         finally:
@@ -489,10 +494,12 @@ class ScopedIndex:
         """Build the keyword index of up to ``partitions`` partitions loaded without one
         (:meth:`load_rows`); whether any is left. A store calls it in the background after
         loading, so the first hybrid recall of an agent does not build its index."""
-        missing = (p for p in self._partitions.values() if not p.has_postings)
-        for partition in itertools.islice(missing, partitions):
-            partition.postings()
-        return any(not p.has_postings for p in self._partitions.values())
+        while partitions and self._unindexed:
+            partition = self._partitions.get(self._unindexed.pop())
+            if partition is not None and not partition.has_postings:
+                partition.postings()
+                partitions -= 1
+        return bool(self._unindexed)
 
     def scope_size(self, scope: Scope) -> int:
         """How many records have exactly ``scope``."""

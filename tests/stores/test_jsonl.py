@@ -19,9 +19,22 @@ import pytest
 
 from memcore.errors import StoreCorruptedError, StoreError, StoreLockedError
 from memcore.scope import Scope
-from memcore.stores import jsonl_log
+from memcore.stores import jsonl, jsonl_log
 from memcore.stores.jsonl import AUTO_COMPACT_DEAD_LINES, JsonlStore
 from memcore.testing.helpers import make_record, random_vectors
+
+
+@pytest.fixture(params=["default", "snapshot-every-close"])
+def both_layouts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Run a test twice: as the store is configured (small stores have no snapshot), and with a
+    snapshot of every scope at each close and compaction, which a torn, cut or rewritten log must
+    invalidate (the log is the source of truth). Whether the second one is running."""
+    if request.param == "snapshot-every-close":
+        monkeypatch.setattr(jsonl, "SNAPSHOT_MIN_LINES", 1)
+    return bool(request.param == "snapshot-every-close")
+
+
+both = pytest.mark.usefixtures("both_layouts")
 
 
 def _entries(root: Path) -> list[Path]:
@@ -32,6 +45,7 @@ def _all_bytes(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file())
 
 
+@both
 def test_files_are_private(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with JsonlStore(root) as store:
@@ -78,6 +92,7 @@ def _contents(root: Path) -> list[str]:
         return [r.message.content for r in store.list(Scope(tenant="t"))]
 
 
+@both
 def test_torn_last_record_at_every_offset_loses_only_that_record(tmp_path: Path) -> None:
     root = tmp_path / "store"
     contents = _store_with_records(root)
@@ -93,6 +108,7 @@ def test_torn_last_record_at_every_offset_loses_only_that_record(tmp_path: Path)
     assert _contents(root) == contents
 
 
+@both
 @pytest.mark.parametrize(
     "tail",
     [b"garbage", b"garbage\n", b'{"op":"put"', b"\x00\x00\x00\n", b'{"op":"del","seq":99}\n', b"\n\n"],
@@ -110,6 +126,7 @@ def test_garbage_tail_is_skipped_counted_and_writes_continue(tmp_path: Path, tai
     assert _contents(root) == [*contents, "after the crash"]
 
 
+@both
 def test_an_incomplete_batch_is_invisible(tmp_path: Path) -> None:
     root = tmp_path / "store"
     scope = Scope(tenant="t")
@@ -201,6 +218,7 @@ _CRASHING_WRITER = textwrap.dedent(
 )
 
 
+@both
 def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     root = tmp_path / "store"
     acknowledged: set[str] = set()
@@ -230,7 +248,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
             assert all(count == full[str(user)] for (_, user), count in parts.items())
 
 
-def test_purge_leaves_no_deleted_content_or_vector_on_disk(tmp_path: Path) -> None:
+def test_purge_leaves_no_deleted_content_or_vector_on_disk(tmp_path: Path, both_layouts: bool) -> None:
     root = tmp_path / "store"
     scope, gone_scope = Scope(tenant="t"), Scope(tenant="t", user_id="leaving")
     keep = make_record(scope, "keep me")
@@ -240,17 +258,21 @@ def test_purge_leaves_no_deleted_content_or_vector_on_disk(tmp_path: Path) -> No
     with JsonlStore(root) as store:
         store.add([keep, secret], vectors[:2])
         store.add([leaving], vectors[2:])
+    assert bool(list(root.glob("scopes/*/snapshot.bin"))) == both_layouts
+    with JsonlStore(root) as store:
         store.delete(scope, [secret.id])
         store.delete_where(gone_scope, {})
         assert b"SECRET-CONTENT-1234" in _all_bytes(root)
         store.purge()
         assert store.list(Scope.everything()) == [keep]
     on_disk = _all_bytes(root)
-    for needle in (b"SECRET-CONTENT-1234", b"ANOTHER-SECRET-5678", str(secret.id).encode(), b"leaving"):
+    for needle in (b"SECRET-CONTENT-1234", b"ANOTHER-SECRET-5678", b"leaving"):
         assert needle not in on_disk
+    for record in (secret, leaving):
+        assert str(record.id).encode() not in on_disk and record.id.bytes not in on_disk
     for row in (1, 2):
         unit = (vectors[row] / np.linalg.norm(vectors[row])).astype("<f4").tobytes()
-        assert base64.b64encode(unit) not in on_disk
+        assert base64.b64encode(unit) not in on_disk and unit not in on_disk
     assert not (root / "scopes" / gone_scope.digest()).exists()
     assert _contents(root) == ["keep me"]
 
@@ -276,6 +298,7 @@ def test_from_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert os.stat(tmp_path / "relative" / "store").st_mode & 0o077 == 0
 
 
+@both
 def test_leftovers_of_an_interrupted_scope_creation_or_removal_are_cleaned(tmp_path: Path) -> None:
     root = tmp_path / "store"
     contents = _store_with_records(root)
@@ -299,7 +322,7 @@ def test_a_crash_before_a_new_scope_folder_is_renamed_loses_nothing(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with JsonlStore(root) as store:
-        monkeypatch.setattr(jsonl_log.os, "rename", crash)
+        monkeypatch.setattr(os, "rename", crash)
         with pytest.raises(StoreError, match="nothing was stored"):
             store.add([make_record(Scope(tenant="other"), "lost")])
         monkeypatch.undo()
@@ -365,6 +388,7 @@ def _rewrite_first_line(root: Path, old: bytes, new: bytes) -> None:
     log.write_bytes(b"".join(lines))
 
 
+@both
 @pytest.mark.parametrize(
     ("old", "new"),
     [
@@ -385,6 +409,7 @@ def test_a_line_that_cannot_be_the_folders_record_is_skipped_and_counted(
         assert store.skipped_lines() == 1
 
 
+@both
 def test_reopening_does_not_rewrite_unchanged_scope_files(tmp_path: Path) -> None:
     root = tmp_path / "store"
     _store_with_records(root, 2)
