@@ -19,7 +19,6 @@ child leaves the parent's engine alone.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import weakref
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from memcore.errors import InvalidInputError, StoreError, StoreLockedError
-from memcore.locking import PRIVATE_DIR_MODE, lock_path, make_private
+from memcore.locking import PRIVATE_DIR_MODE, lock_path, make_private, unlock
 
 E = TypeVar("E")
 
@@ -100,14 +99,14 @@ class EngineRegistry(Generic[E]):
             try:
                 make_private(key)  # a folder made beforehand may be 0755, its files 0644
             except OSError:
-                os.close(fd)
+                unlock(fd)
                 raise
         except OSError as exc:
             raise StoreError(f"cannot open the {self.what} at {key}: {exc}") from None
         try:
             engine = open_engine(key)
         except BaseException:
-            os.close(fd)
+            unlock(fd)
             raise
         opened = self._open[key] = OpenFolder(key, engine, kind, fd)
         return opened
@@ -130,17 +129,14 @@ class EngineRegistry(Generic[E]):
         try:
             close_engine(opened)
         finally:
-            os.close(opened.lock_fd)
+            unlock(opened.lock_fd)
             with self._lock:
                 del self._open[opened.path]
             opened.closed.set()
 
     def _forget_after_fork(self) -> None:
         self._lock = threading.Lock()  # a parent thread may have held it at the fork
-        for opened in self._open.values():
-            with contextlib.suppress(OSError):
-                os.close(opened.lock_fd)  # the parent's copy keeps the flock held
-        self._open.clear()
+        self._open.clear()  # memcore.locking closed this process's copies of their lock descriptors
 
 
 _registries: weakref.WeakSet[EngineRegistry[Any]] = weakref.WeakSet()

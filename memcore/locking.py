@@ -11,6 +11,7 @@ later reopen.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -20,6 +21,8 @@ from pathlib import Path
 from memcore.errors import StoreLockedError
 
 _BUSY = (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
+_held: set[int] = set()
+"""The descriptors of the locks this process took (:func:`lock_path`) and holds."""
 
 
 def lock_path(lock_file: Path, *, what: str, advice: str) -> int:
@@ -27,7 +30,7 @@ def lock_path(lock_file: Path, *, what: str, advice: str) -> int:
 
     :param what: the store, for the error message ("the jsonl store at /data").
     :param advice: what the user can do instead, for the error message.
-    :returns: the file descriptor holding the lock; close it to release the lock.
+    :returns: the file descriptor holding the lock; :func:`unlock` releases it.
     :raises StoreLockedError: if another open store holds the lock (the message names its process).
     :raises OSError: if the lock file cannot be created.
     """
@@ -44,7 +47,29 @@ def lock_path(lock_file: Path, *, what: str, advice: str) -> int:
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _held.add(fd)
     return fd
+
+
+def unlock(fd: int) -> None:
+    """Release a lock :func:`lock_path` took."""
+    _held.discard(fd)
+    os.close(fd)
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child, close its copies of the parent's lock descriptors.
+
+    The parent's own descriptors keep the locks held. A child that kept its copies would hold the
+    parent's folders locked after the parent closed them, and could not open them itself.
+    """
+    for fd in _held:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 def fsync_dir(path: Path) -> None:

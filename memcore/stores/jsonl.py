@@ -53,7 +53,7 @@ from memcore.errors import (
     StoreError,
 )
 from memcore.filters import Filter
-from memcore.locking import fsync_dir, lock_path
+from memcore.locking import fsync_dir, lock_path, unlock
 from memcore.model_base import STORED
 from memcore.queries import KeywordQuery, ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord
@@ -155,10 +155,10 @@ class JsonlStore(BaseStore):
             self._index = ScopedIndex(stored_dimension)
             self._replay()
         except OSError as exc:
-            os.close(self._lock_fd)
+            unlock(self._lock_fd)
             raise StoreError(f"cannot open the jsonl store at {self.path}: {exc}") from None
         except BaseException:
-            os.close(self._lock_fd)
+            unlock(self._lock_fd)
             raise
         threading.Thread(target=self._build_keyword_index, name="memcore-jsonl-keywords", daemon=True).start()
 
@@ -169,7 +169,11 @@ class JsonlStore(BaseStore):
         more = True
         while more:
             with self._lock:
-                more = self._index.build_keyword_index(1)
+                try:
+                    more = self._index.build_keyword_index(1)
+                except MemcoreError as exc:  # a record that does not decode: reads of it say so too
+                    logger.warning("building the keyword index of %s stopped: %s", self.path, exc)
+                    return
 
     url_params: ClassVar[frozenset[str]] = frozenset({DIMENSION})
 
@@ -589,4 +593,4 @@ class JsonlStore(BaseStore):
                 self._snapshot_on_close()
             finally:
                 self._index = ScopedIndex(self._index.dimension)
-                os.close(self._lock_fd)
+                unlock(self._lock_fd)

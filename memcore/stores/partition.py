@@ -226,7 +226,7 @@ class Partition:
         """Each row's ``expires_at`` in epoch microseconds (:data:`NEVER_EXPIRES` for none)."""
         self.expiring = 0
         """How many rows have an ``expires_at``: while none does, reads skip the expiry mask."""
-        self.id_keys = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
+        self.id_high = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
         """The high 64 bits of each row's id (the low ones are :attr:`id_low`): ties in time order."""
         self.id_low = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
         self.codes = {spec.name: np.zeros(_INITIAL_CAPACITY, dtype=np.int32) for spec in _CODED_FIELDS}
@@ -251,7 +251,7 @@ class Partition:
             return
         while capacity < needed:
             capacity *= 2
-        for name in ("has_vector", "timestamps", "id_keys", "id_low", "sessions"):
+        for name in ("has_vector", "timestamps", "id_high", "id_low", "sessions"):
             setattr(self, name, np.resize(getattr(self, name), capacity))
         self.expiries = np.resize(self.expiries, capacity)
         self.expiries[self.size :] = _NEVER
@@ -306,16 +306,28 @@ class Partition:
     # -- reading rows ------------------------------------------------------------------------------
 
     def record(self, row: int) -> MemoryRecord:
-        """The record in ``row``, decoded from its JSON unless it is among the recently used."""
+        """The record in ``row``, decoded from its JSON unless it is among the recently used.
+
+        :raises StoreCorruptedError: if the JSON decodes to another id or scope than the row's
+            (loaded rows are trusted not to, and this keeps a crafted file from crossing scopes).
+        """
         record = self._cache.get(self._serial, row)
         if record is None:
             record = MemoryRecord.model_validate_json(self._json(row), context=STORED)
+            if record.id.int != self._id(row) or record.scope != self.scope_of(row):
+                raise StoreCorruptedError(
+                    f"a stored record of scope {self.scope_of(row)} decodes as {record.id} of "
+                    f"scope {record.scope}; restore the store from its logs or a backup"
+                )
             self._cache.put(self._serial, row, record)
         return record
 
     def record_id(self, row: int) -> UUID:
         """The id of the record in ``row`` (without decoding it)."""
-        return UUID(int=(int(self.id_keys[row]) << 64) | int(self.id_low[row]))
+        return UUID(int=self._id(row))
+
+    def _id(self, row: int) -> int:
+        return (int(self.id_high[row]) << 64) | int(self.id_low[row])
 
     def scope_of(self, row: int) -> Scope:
         """The scope of the record in ``row``."""
@@ -341,7 +353,7 @@ class Partition:
         new = row is None
         if row is None:
             row = self.size
-            if row and (stamp, high) < (int(self.timestamps[row - 1]), int(self.id_keys[row - 1])):
+            if row and (stamp, key) < (int(self.timestamps[row - 1]), self._id(row - 1)):
                 self.rows_in_time_order = False
             self._reserve(row + 1)
             self.encoded.append(b"")
@@ -357,7 +369,7 @@ class Partition:
         self.encoded[row] = _compact(record)
         self._cache.put(self._serial, row, record)
         self._sorted_rows = None
-        self.timestamps[row], self.id_keys[row], self.id_low[row] = stamp, high, key & _LOW_BITS
+        self.timestamps[row], self.id_high[row], self.id_low[row] = stamp, high, key & _LOW_BITS
         self.expiries[row] = epoch_micros(record.expires)
         self.expiring += int(self.expiries[row] != _NEVER)
         for spec in _CODED_FIELDS:
@@ -391,7 +403,7 @@ class Partition:
         stop = start + count
         self._add_scope(session, scope)
         self.encoded.extend(_without_scope(rows.encoded, scope))
-        self.id_keys[start:stop], self.id_low[start:stop] = high, low
+        self.id_high[start:stop], self.id_low[start:stop] = high, low
         self.timestamps[start:stop] = rows.created
         self.expiries[start:stop] = rows.expires
         self.expiring += int(np.count_nonzero(rows.expires != _NEVER))
@@ -408,9 +420,11 @@ class Partition:
         for name, column in self.metadata.items():
             for row in range(start, stop):
                 column.set(row, self._metadata_value(row, name))
-        stamps = self.timestamps[max(start - 1, 0) : stop]
-        keys = self.id_keys[max(start - 1, 0) : stop]
-        ordered = (stamps[1:] > stamps[:-1]) | ((stamps[1:] == stamps[:-1]) & (keys[1:] >= keys[:-1]))
+        first = max(start - 1, 0)
+        stamps = self.timestamps[first:stop]
+        highs, lows = self.id_high[first:stop], self.id_low[first:stop]
+        later = (highs[1:] > highs[:-1]) | ((highs[1:] == highs[:-1]) & (lows[1:] >= lows[:-1]))
+        ordered = (stamps[1:] > stamps[:-1]) | ((stamps[1:] == stamps[:-1]) & later)
         if not ordered.all():
             self.rows_in_time_order = False
         self._sorted_rows = None
@@ -419,10 +433,11 @@ class Partition:
                 self._postings.add(row, self.record(row).message.content)
         return numbers
 
-    def export(self, rows: npt.NDArray[np.intp]) -> Rows:
-        """The records in ``rows`` as columns, without decoding them."""
+    def export(self, rows: npt.NDArray[np.intp], *, with_vectors: bool) -> Rows:
+        """The records in ``rows`` as columns, without decoding them (their vectors only when
+        ``with_vectors``: before a store has a dimension, partitions hold placeholder rows)."""
         ids = np.empty((len(rows), 16), dtype=np.uint8)
-        ids[:, :8] = self.id_keys[rows].astype(">u8").view(np.uint8).reshape(-1, 8)
+        ids[:, :8] = self.id_high[rows].astype(">u8").view(np.uint8).reshape(-1, 8)
         ids[:, 8:] = self.id_low[rows].astype(">u8").view(np.uint8).reshape(-1, 8)
         listed = rows.tolist()
         return Rows(
@@ -432,7 +447,7 @@ class Partition:
             expires=self.expiries[rows].copy(),
             roles=_names("role", self.codes["role"][rows]),
             kinds=_names("kind", self.codes["kind"][rows]),
-            vectors=self.vectors.take(rows),
+            vectors=self.vectors.take(rows) if with_vectors else None,
             has_vector=self.has_vector[rows].copy(),
         )
 
@@ -459,14 +474,14 @@ class Partition:
             if moved is not None:
                 self._cache.put(self._serial, row, moved)
             self.encoded[row] = self.encoded[last]
-            moved_id = (int(self.id_keys[last]) << 64) | int(self.id_low[last])
+            moved_id = self._id(last)
             moved_session = int(self.sessions[last])
             self.vectors.move(last, row)
             for array in (
                 self.has_vector,
                 self.timestamps,
                 self.expiries,
-                self.id_keys,
+                self.id_high,
                 self.id_low,
                 self.sessions,
                 *self.codes.values(),
@@ -520,7 +535,7 @@ class Partition:
         if self.rows_in_time_order:
             return np.arange(n, dtype=np.intp)
         if self._sorted_rows is None:
-            self._sorted_rows = np.lexsort((self.id_keys[:n], self.timestamps[:n]))
+            self._sorted_rows = np.lexsort((self.id_low[:n], self.id_high[:n], self.timestamps[:n]))
         return self._sorted_rows
 
     def rows_in_order(self, order: Order, after: int | None, before: int | None) -> npt.NDArray[np.intp]:
@@ -607,8 +622,7 @@ class Partition:
         return column
 
     def _metadata_value(self, row: int, key: str) -> object:
-        record = self._cache.get(self._serial, row)
-        if record is not None:
-            return record.metadata.get(key, MISSING)
-        metadata = json.loads(self.encoded[row]).get("metadata") or {}  # no need of the scope here
+        """The stored value of metadata ``key`` in ``row`` (from the JSON: a caller may have changed
+        the metadata dict of a record a read returned)."""
+        metadata = json.loads(self.encoded[row]).get("metadata") or {}
         return metadata.get(key, MISSING)

@@ -276,7 +276,8 @@ class ScopedIndex:
             return iter(())
         parts = [partition for partition, _ in selection]
         stamps = np.concatenate([p.timestamps[: p.size] for p in parts])
-        keys = np.concatenate([p.id_keys[: p.size] for p in parts])
+        high = np.concatenate([p.id_high[: p.size] for p in parts])
+        low = np.concatenate([p.id_low[: p.size] for p in parts])
         owners = np.concatenate([np.full(p.size, i, dtype=np.intp) for i, p in enumerate(parts)])
         rows = np.concatenate([np.arange(p.size, dtype=np.intp) for p in parts])
         selected = np.concatenate(
@@ -287,7 +288,7 @@ class ScopedIndex:
         if before is not None:
             selected &= stamps < before
         candidates = np.flatnonzero(selected)
-        positions = candidates[np.lexsort((keys[candidates], stamps[candidates]))]
+        positions = candidates[np.lexsort((low[candidates], high[candidates], stamps[candidates]))]
         if order == "desc":
             positions = positions[::-1]
         return (parts[owners[p]].record(rows[p]) for p in positions)
@@ -393,10 +394,11 @@ class ScopedIndex:
             return []
         scores = np.concatenate([s for _, _, s in scored])
         stamps = np.concatenate([p.timestamps[rows] for p, rows, _ in scored])
-        keys = np.concatenate([p.id_keys[rows] for p, rows, _ in scored])
+        high = np.concatenate([p.id_high[rows] for p, rows, _ in scored])
+        low = np.concatenate([p.id_low[rows] for p, rows, _ in scored])
         owners = np.concatenate([np.full(len(rows), i) for i, (_, rows, _) in enumerate(scored)])
         rows = np.concatenate([rows for _, rows, _ in scored])
-        order = np.lexsort((keys, stamps, scores))[::-1][:limit]  # best first, then newest first
+        order = np.lexsort((low, high, stamps, scores))[::-1][:limit]  # best first, then newest first
         best = zip(owners[order].tolist(), rows[order].tolist(), scores[order].tolist(), strict=True)
         return [ScoredRecord.of(scored[owner][0].record(row), score) for owner, row, score in best]
 
@@ -460,7 +462,8 @@ class ScopedIndex:
         partition = self._partitions.get(_owner_key(scope))
         if partition is None:
             return Rows.empty(self.dimension)
-        return partition.export(np.flatnonzero(partition.exact_session_mask(scope.session_id)))
+        rows = np.flatnonzero(partition.exact_session_mask(scope.session_id))
+        return partition.export(rows, with_vectors=self.dimension is not None)
 
     def load_rows(self, scope: Scope, rows: Rows) -> None:
         """Insert the records of ``rows``, all of exactly ``scope`` (as :meth:`scope_rows` gives them),

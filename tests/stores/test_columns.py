@@ -4,6 +4,8 @@ blocks hold and score rows as one matrix would, and rows travel out and back in 
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
+from uuid import UUID
 
 import numpy as np
 import pytest
@@ -158,3 +160,26 @@ def test_loaded_rows_repeating_an_id_are_refused_whole() -> None:
     with pytest.raises(StoreCorruptedError):
         fresh.load_rows(SCOPE, rows)  # already there
     assert fresh.get(SCOPE, [record.id], None) == [record]
+
+
+def test_records_of_one_time_are_listed_by_their_whole_id() -> None:
+    """Ids that differ only in their low 64 bits, in one partition and across two."""
+    moment = datetime(2026, 1, 1, tzinfo=UTC)
+    ids = [UUID(int=(7 << 64) | low) for low in (3, 1, 2)]
+    index = ScopedIndex()
+    index.upsert(
+        [
+            MemoryRecord(id=i, scope=SCOPE, created_at=moment, message=Message(role="user", content="m"))
+            for i in ids
+        ],
+        None,
+    )
+    assert [r.id for r in index.ordered(SCOPE, ListQuery(None, "asc"), None)] == sorted(ids)
+    other = Scope(tenant="t", user_id="v")
+    first = UUID(int=7 << 64)
+    index.upsert(
+        [MemoryRecord(id=first, scope=other, created_at=moment, message=Message(role="user", content="m"))],
+        None,
+    )
+    listed = index.ordered(Scope(tenant="t"), ListQuery(None, "desc"), None)
+    assert [r.id for r in listed] == sorted([*ids, first], reverse=True)

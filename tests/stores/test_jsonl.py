@@ -424,3 +424,27 @@ def test_an_existing_empty_root_becomes_private(tmp_path: Path) -> None:
     root.mkdir(mode=0o755)
     JsonlStore(root).close()
     assert stat.S_IMODE(root.stat().st_mode) == 0o700
+
+
+def test_a_forked_child_holds_no_lock_of_its_parent(tmp_path: Path) -> None:
+    """The advised post-fork reopen works: once the parent closed the store, a child that inherited
+    the open object opens the folder itself (its copy of the lock descriptor was closed at fork)."""
+    store = JsonlStore(tmp_path)
+    store.add([make_record(Scope(tenant="t"), "before the fork")])
+    ready, go = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        status = 1
+        try:
+            os.read(ready, 1)
+            store.close()
+            with JsonlStore(tmp_path) as mine:
+                status = 0 if mine.count(Scope(tenant="t")) == 1 else 2
+        finally:
+            os._exit(status)
+    store.close()
+    os.write(go, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with JsonlStore(tmp_path) as again:  # and the child let go of it on exit
+        assert again.count(Scope(tenant="t")) == 1

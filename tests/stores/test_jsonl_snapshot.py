@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memcore.errors import StoreCorruptedError
 from memcore.records import MemoryRecord
 from memcore.scope import Scope
 from memcore.stores import jsonl, jsonl_log, jsonl_snapshot
@@ -447,3 +448,33 @@ def test_a_keyword_search_before_the_background_build_builds_what_it_needs(tmp_p
         with store._lock:  # holds the background build off until this search is done
             hits = store.search(SCOPE, keywords="kyoto", limit=3)
         assert len(hits) == 3
+
+
+def test_a_store_without_vectors_reopens_from_its_snapshot(
+    tmp_path: Path, replay_starts: dict[str, int]
+) -> None:
+    with JsonlStore(tmp_path) as store:
+        store.add([make_record(SCOPE, f"note {i}") for i in range(20)])
+    with JsonlStore(tmp_path) as store:
+        assert store.count(SCOPE) == 20
+    assert replay_starts[SCOPE.digest()] > 0  # the log was read from past the snapshot only
+    assert _snapshot(tmp_path).exists()
+
+
+def test_a_record_a_crafted_snapshot_gives_another_scope_is_never_returned(tmp_path: Path) -> None:
+    """A snapshot with a valid checksum whose record JSON names another scope (the key escaped, so
+    no byte check sees it) fails loudly when read; it never comes back as the other scope's."""
+    with JsonlStore(tmp_path) as store:
+        records = [make_record(SCOPE, f"mine {i}") for i in range(20)]
+        store.add(records, random_vectors(20))
+    path = _snapshot(tmp_path)
+    rows, mark = read_snapshot(path, SCOPE, DIM)
+    forged = b',"\\u0073cope":' + OTHER.model_dump_json().encode() + b"}"
+    encoded = [bytes(data) for data in rows.encoded]
+    encoded[0] = encoded[0][:-1] + forged
+    write_snapshot(path, SCOPE, replace(rows, encoded=encoded), mark, durable=True)
+    first = next(r for r in records if r.id.bytes == bytes(rows.ids[0]))
+    with JsonlStore(tmp_path) as store:
+        with pytest.raises(StoreCorruptedError):
+            store.get(SCOPE, [first.id])
+        assert store.list(OTHER) == []
