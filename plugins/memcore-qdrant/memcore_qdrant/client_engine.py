@@ -362,6 +362,10 @@ class ClientEngine:
             self._refresh()
         return self._dimension
 
+    def none_expired(self, now: int) -> bool:
+        """Never known here: other clients write the collection (and reads send the live condition)."""
+        return False
+
     def add_vectors(self, dimension: int) -> None:
         config = models.DenseVectorNameConfig(
             dense=models.DenseVectorConfig(size=dimension, distance=models.Distance.COSINE)
@@ -502,7 +506,7 @@ class ClientEngine:
                 "with_payload": list(fields.READ_FIELDS),
             },
         )
-        return [Hit(UUID(str(p.id)), p.score, p.payload or {}) for p in response.points]
+        return [Hit(p.score, p.payload or {}) for p in response.points]
 
     def count(self, where: Clause) -> int:
         return run_session(self.count_calls(where), self._make)

@@ -47,6 +47,7 @@ from uuid import UUID
 import qdrant_edge as edge
 
 from memcore.errors import StoreCorruptedError
+from memcore.records import NEVER_EXPIRES, epoch_micros
 from memcore.scope import storage_id
 from memcore.store import VectorSpace
 from memcore_qdrant import meta
@@ -81,6 +82,8 @@ PLACEHOLDER = "memcore-placeholder"
 """The unused sparse vector shards were created with before they had ``keywords``."""
 
 SHARD, NEW_SHARD, OLD_SHARD = "shard", "shard.new", "shard.old"
+
+NEVER_EXPIRES_MICROS = epoch_micros(NEVER_EXPIRES)
 
 
 def render_condition(condition: Condition) -> Any:
@@ -170,6 +173,12 @@ def _current(point: Point) -> Point:
     return Point(storage_id(record.scope, record.id), fields.to_payload(record), point.vector)
 
 
+def _expiry(payload: dict[str, Any] | None) -> int:
+    """A point's ``expires_at``; a point written before records could expire has none, and never does."""
+    value = None if payload is None else payload.get(fields.EXPIRES_AT)
+    return value if isinstance(value, int) else NEVER_EXPIRES_MICROS
+
+
 def _recover(root: Path) -> None:
     """Finish or undo a :meth:`EdgeEngine.purge` that a crash interrupted."""
     shard, new, old = root / SHARD, root / NEW_SHARD, root / OLD_SHARD
@@ -241,6 +250,8 @@ class EdgeEngine:
         self.root = root
         self.location = str(root)
         self._room = Watermark(root)
+        self._soonest_expiry: int | None = None  # see none_expired: None until read
+        self._soonest_expiry_exact = False
         _recover(root)
         shard_path = root / SHARD
         version = meta.read_version(root)
@@ -280,6 +291,37 @@ class EdgeEngine:
     def dimension(self) -> int | None:
         return self._dimension
 
+    def none_expired(self, now: int) -> bool:
+        """Whether no point of the shard expires at or before ``now`` (epoch microseconds).
+
+        The engine keeps a lower bound of every point's ``expires_at``: found by one ordered read
+        of the ``expires_at`` index, lowered by every write, and read again, once, after a write
+        or delete that may have raised it (an overwritten or deleted point may have held it), when
+        ``now`` has reached it. Exact: every write of the shard comes through this engine.
+        """
+        if self._soonest_expiry is not None and now < self._soonest_expiry:
+            return True
+        if self._soonest_expiry is None or not self._soonest_expiry_exact:
+            self._soonest_expiry = self._read_soonest_expiry()
+            self._soonest_expiry_exact = True
+        return now < self._soonest_expiry
+
+    def _read_soonest_expiry(self) -> int:
+        request = edge.ScrollRequest(
+            limit=1,
+            with_payload=[fields.EXPIRES_AT],
+            order_by=edge.OrderBy(fields.EXPIRES_AT, edge.Direction.Asc),
+        )
+        records, _ = self._shard.scroll(request)
+        return _expiry(records[0].payload) if records else NEVER_EXPIRES_MICROS
+
+    def _written(self, points: Sequence[Point]) -> None:
+        """Lower the bound of :meth:`none_expired` to the points written; it may no longer be exact,
+        as they may overwrite the point that held it."""
+        self._soonest_expiry_exact = False
+        if self._soonest_expiry is not None:
+            self._soonest_expiry = min([self._soonest_expiry, *(_expiry(p.payload) for p in points)])
+
     def add_vectors(self, dimension: int) -> None:
         self._room.check("add the vector")
         self._shard.update(
@@ -289,6 +331,7 @@ class EdgeEngine:
 
     def upsert(self, points: Sequence[Point]) -> None:
         self._room.check("add records", self._written_bytes(points))
+        self._written(points)
         self._shard.update(edge.UpdateOperation.upsert_points([_edge_point(p) for p in points]))
 
     def _written_bytes(self, points: Sequence[Point]) -> int:
@@ -301,6 +344,7 @@ class EdgeEngine:
     def replace(self, point: Point, where: Clause) -> None:
         self._room.check("update a record", self._written_bytes([point]))
         condition = render_filter(where)
+        self._written([point])
         self._shard.update(
             edge.UpdateOperation.upsert_points([_edge_point(point)], condition, edge.UpdateMode.UpdateOnly)
         )
@@ -362,7 +406,7 @@ class EdgeEngine:
             with_payload=list(fields.READ_FIELDS),
             params=edge.SearchParams(exact=True),
         )
-        return [Hit(_uuid(p.id), p.score, p.payload or {}) for p in self._shard.query(request)]
+        return [Hit(p.score, p.payload or {}) for p in self._shard.query(request)]
 
     def keyword_query(self, query: SparseVector, where: Clause, limit: int) -> list[Hit]:
         request = edge.QueryRequest(
@@ -371,7 +415,7 @@ class EdgeEngine:
             filter=render_filter(where),
             with_payload=list(fields.READ_FIELDS),
         )
-        return [Hit(_uuid(p.id), p.score, p.payload or {}) for p in self._shard.query(request)]
+        return [Hit(p.score, p.payload or {}) for p in self._shard.query(request)]
 
     def count(self, where: Clause) -> int:
         return self._shard.count(edge.CountRequest(exact=True, filter=render_filter(where)))
@@ -382,6 +426,7 @@ class EdgeEngine:
 
     def delete(self, where: Clause) -> None:
         self._room.check("delete records")
+        self._soonest_expiry_exact = False
         self._shard.update(edge.UpdateOperation.delete_points_by_filter(render_filter(where)))
 
     def index_fields(self, wanted: set[tuple[str, IndexKind]]) -> None:
@@ -430,6 +475,7 @@ class EdgeEngine:
         new_path.rename(shard_path)
         shutil.rmtree(self.root / OLD_SHARD)
         self._shard = edge.EdgeShard.load(str(shard_path))
+        self._soonest_expiry = None
 
     def close(self) -> None:
         self._shard.flush()

@@ -54,9 +54,10 @@ class Point:
 
 @dataclass(frozen=True)
 class Hit:
-    """A search result: the point's id, its score as Qdrant computed it (cosine similarity, or BM25)."""
+    """A search result: its score as Qdrant computed it (cosine similarity, or BM25), and its payload.
 
-    id: UUID
+    No point id: nothing reads it, and qdrant-edge-py builds a ``uuid.UUID`` on every access."""
+
     score: float
     payload: dict[str, Any]
 
@@ -123,6 +124,12 @@ class Engine(Protocol):
 
     def dimension(self) -> int | None:
         """The size of the ``dense`` vector, once one was written (``None`` before)."""
+        ...
+
+    def none_expired(self, now: int) -> bool:
+        """Whether no stored point can have expired at ``now`` (epoch microseconds), as the engine
+        knows without reading a scope; ``False`` when it cannot tell. Asked only by an engine that
+        :attr:`prunes_live_condition`, before it counts the expired points of a read's scope."""
         ...
 
     def add_vectors(self, dimension: int) -> None:

@@ -17,6 +17,7 @@ scan's and, between documents that match different terms, so can their order.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from typing import Final
@@ -33,8 +34,11 @@ SparseVector = tuple[list[int], list[float]]
 """Indices and values."""
 
 
+@functools.lru_cache(maxsize=65_536)
 def term_id(term: str) -> int:
-    """The sparse dimension of a term: a stable 32-bit hash (Python's ``hash`` changes per process)."""
+    """The sparse dimension of a term: a stable 32-bit hash (Python's ``hash`` changes per process).
+
+    Memoised: a vocabulary repeats, and every point written hashes each of its terms."""
     return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little")
 
 

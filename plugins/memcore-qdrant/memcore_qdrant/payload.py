@@ -6,9 +6,13 @@ from which reads rebuild it, and once as fields shaped for Qdrant's filters:
 * ``record_id``: the record's id. A record is its exact scope plus its id, so the point's id is
   :func:`memcore.scope.storage_id` of the two, and reads by id match this field (and the scope);
 * the scope fields ``tenant``, ``user_id``, ``agent_id``, ``session_id`` (absent when unset),
-  and ``scope_keys``: one keyword per non-empty subset of them (:func:`scope_key`), so that any
-  read scope is a single indexed match; a scope of two fields as two conditions would have Qdrant
-  Edge check the unselective one (the tenant) point by point;
+  and ``scope_keys``: one keyword per subset of them that a read scope can be (:func:`scope_key`),
+  so that any read scope is a single indexed match; a scope of two fields as two conditions would
+  have Qdrant Edge check the unselective one (the tenant) point by point. Every read scope names a
+  tenant, so a record with a tenant lists the subsets holding it (8 keys for 4 fields); one
+  stored before every scope had a tenant lists every non-empty subset. Points written before
+  this rule list every subset in both cases, which reads and :func:`exact_scope_counts` accept;
+  each key is a string qdrant-edge-py converts on every write (a few microseconds each);
 * ``role``, ``kind``; ``created_at`` and ``expires_at`` as integer microseconds since the epoch
   (exact, sortable); a record that never expires stores :data:`~memcore.records.NEVER_EXPIRES`'s.
   Points written before records could expire have no ``expires_at``: they never expire, and the
@@ -34,8 +38,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 from typing import Any, Final
 
-from memcore.errors import InvalidInputError, StoreCorruptedError
+import pydantic_core
+from pydantic_core import core_schema
+
+from memcore.errors import StoreCorruptedError
 from memcore.filters import COLUMN_FIELDS, column_values
+from memcore.model_base import STORED
 from memcore.records import MemoryRecord, MetadataValue
 from memcore.scope import SCOPE_FIELDS
 from memcore_qdrant.keywords import SparseVector, distinct_terms, document_vector
@@ -104,13 +112,15 @@ def exact_scope_counts(facet: Iterable[tuple[str, int]]) -> list[tuple[ScopeValu
     """The exact scopes of a set of points and how many points each holds, from the facet of their
     ``scope_keys`` (each key with the number of points listing it).
 
-    A point lists the key of every non-empty subset of its scope fields, so a key's count is the
-    number of points whose scope includes those fields with those values: the sum, over the exact
-    scopes extending it, of their counts. Möbius inversion on that lattice undoes the sum: an exact
-    scope's count is the alternating sum, over the keys extending its own, of their counts
-    (``(-1)**`` the number of fields added). Keys with the same set of fields are grouped, so each
-    key is projected once on each subset of its fields; a key whose count comes out zero is a subset
-    of other points' scopes, not a scope of its own.
+    The keys with a tenant must come from the points with a tenant, the keys without one from the
+    points without one (:func:`scope_key_facets` says how to ask). Within either group a point
+    lists the key of every subset of its scope fields in that group (:func:`_scope_keys`), so a
+    key's count is the number of points whose scope includes those fields with those values: the
+    sum, over the exact scopes extending it, of their counts. Möbius inversion on that lattice
+    undoes the sum: an exact scope's count is the alternating sum, over the keys of its group
+    extending its own, of their counts (``(-1)**`` the number of fields added). Keys with the same
+    set of fields are grouped, so each key is projected once on each subset of its fields; a key
+    whose count comes out zero is a subset of other points' scopes, not a scope of its own.
     """
     # sums[outer][inner][values of the inner fields] = the counts of keys with fields ``outer``
     # whose values on the ``inner`` fields (a subset of ``outer``) are these.
@@ -130,11 +140,19 @@ def exact_scope_counts(facet: Iterable[tuple[str, int]]) -> list[tuple[ScopeValu
         exact = sum(
             (-1) ** (outer.bit_count() - mask.bit_count()) * by_inner.get(mask, {}).get(values, 0)
             for outer, by_inner in sums.items()
-            if outer & mask == mask
+            if outer & mask == mask and outer & _TENANT_BIT == mask & _TENANT_BIT
         )
         if exact > 0:
             found.append((values, exact))
     return found
+
+
+_TENANT_BIT: Final = 1 << SCOPE_FIELDS.index(TENANT)
+
+
+def has_tenant(key: str) -> bool:
+    """Whether a :func:`scope_key` names a tenant (the tenant comes first in a key)."""
+    return key.startswith(f"{TENANT}=")
 
 
 def _fields_mask(values: ScopeValues) -> int:
@@ -153,12 +171,17 @@ def _projected(values: ScopeValues, mask: int) -> ScopeValues:
 
 
 def _scope_keys(pairs: list[tuple[str, str]]) -> list[str]:
-    return list(_keys_of_every_subset(tuple(pairs)))
+    return list(_keys_of_read_scopes(tuple(pairs)))
 
 
 @functools.lru_cache(maxsize=4_096)
-def _keys_of_every_subset(pairs: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    """Memoised: the records of a batch mostly share one scope, whose 15 keys are then built once."""
+def _keys_of_read_scopes(pairs: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The keys of every subset of ``pairs`` holding the tenant, if it is there (the first pair);
+    of every non-empty subset otherwise. Memoised: the records of a batch mostly share one scope."""
+    if pairs and pairs[0][0] == TENANT:
+        tenant, rest = pairs[0], pairs[1:]
+        subsets = (combinations(rest, size) for size in range(len(rest) + 1))
+        return tuple(scope_key((tenant, *subset)) for group in subsets for subset in group)
     subsets = (combinations(pairs, size) for size in range(1, len(pairs) + 1))
     return tuple(scope_key(subset) for group in subsets for subset in group)
 
@@ -209,10 +232,61 @@ def from_payload(payload: dict[str, Any] | None) -> MemoryRecord:
 
     :raises StoreCorruptedError: if the payload is not one memcore wrote.
     """
-    raw = None if payload is None else payload.get(RECORD)
-    if not isinstance(raw, str):
+    return records_from([payload])[0]
+
+
+SKIPPED_ON_STORED_DATA: Final = frozenset(
+    {
+        "MemoryRecord._check_scope",
+        "MemoryRecord._check_metadata",
+        "MemoryRecord._check_kind",
+        "Scope._check_values",
+        "Message._check_tool_fields",
+    }
+)
+"""The validators of memcore's record models that return their input unchanged on data a store wrote
+(:data:`~memcore.model_base.STORED`: it was checked on the way in). The decoder of stored records
+leaves them out of its schema rather than calling each, only to return, for every record read;
+the others (turning times into UTC, any validator memcore adds later) stay."""
+
+
+def _without_skipped(schema: Any) -> Any:
+    """A copy of a pydantic-core schema without the :data:`SKIPPED_ON_STORED_DATA` validators."""
+    if isinstance(schema, dict):
+        function = schema.get("function")
+        if (
+            schema.get("type") == "function-after"
+            and isinstance(function, dict)
+            and getattr(function.get("function"), "__qualname__", None) in SKIPPED_ON_STORED_DATA
+        ):
+            return _without_skipped(schema["schema"])
+        return {key: _without_skipped(value) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_without_skipped(item) for item in schema]
+    return schema
+
+
+_STORED_RECORDS: Final = pydantic_core.SchemaValidator(
+    core_schema.list_schema(core_schema.json_schema(_without_skipped(MemoryRecord.__pydantic_core_schema__)))
+)
+"""Decodes a list of record JSON strings in one call into pydantic-core, each string parsed on its own
+(never joined into one document, which a forged string could reshape), with every check of the
+record's shape (types, required fields, no extra ones) and without the validators that do nothing on
+stored data."""
+
+
+def records_from(payloads: Sequence[dict[str, Any] | None]) -> list[MemoryRecord]:
+    """Rebuild the records these payloads hold, in order: as
+    :meth:`~memcore.records.MemoryRecord.from_stored_json` does one by one (shape checked, value
+    checks of data memcore wrote itself skipped: :data:`~memcore.model_base.STORED`), in one pass.
+
+    :raises StoreCorruptedError: if a payload is not one memcore wrote.
+    """
+    raws = [None if payload is None else payload.get(RECORD) for payload in payloads]
+    if not all(isinstance(raw, str) for raw in raws):
         raise StoreCorruptedError("a Qdrant point has no memcore record in its payload")
     try:
-        return MemoryRecord.from_stored_json(raw)
-    except InvalidInputError as exc:
+        records: list[MemoryRecord] = _STORED_RECORDS.validate_python(raws, context=STORED)
+    except pydantic_core.ValidationError as exc:
         raise StoreCorruptedError(f"a Qdrant point holds an invalid memcore record: {exc}") from None
+    return records

@@ -25,6 +25,7 @@ import asyncio
 import builtins
 import os
 import threading
+from datetime import datetime
 from typing import Any, ClassVar, Self, TypeVar
 from uuid import UUID
 
@@ -36,7 +37,7 @@ from memcore.keywords import idf, terms
 from memcore.kit import check_same_dimension, clamp_score, order_key
 from memcore.loop_bound import LoopBound
 from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
-from memcore.records import MemoryRecord, ScoredRecord
+from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import Scope, storage_id
 from memcore.sessions import OFFLOAD_AT, arun_session, run_session
 from memcore.store import SERVER_WORKERS, BaseStore, Capabilities, VectorSpace
@@ -58,6 +59,7 @@ from memcore_qdrant.errors import translated
 from memcore_qdrant.filters import (
     Clause,
     Condition,
+    IsEmpty,
     Match,
     compile_filter,
     excludes_only,
@@ -84,7 +86,7 @@ T = TypeVar("T")
 
 
 def _records(points: builtins.list[Point]) -> builtins.list[MemoryRecord]:
-    return [fields.from_payload(p.payload) for p in points]
+    return fields.records_from([p.payload for p in points])
 
 
 def _point(record: MemoryRecord, row: Matrix | None) -> Point:
@@ -234,9 +236,14 @@ class QdrantStore(BaseStore):
     def _alive_in(self, scope: Scope) -> Session[Condition | None]:
         """The live condition of a read of ``scope`` (:meth:`_alive`); ``None`` on an engine that
         prunes it (:attr:`~memcore_qdrant.engine.Engine.prunes_live_condition`) when no point of
-        ``scope`` has expired, as it then holds of every point the read can match."""
+        ``scope`` has expired, as it then holds of every point the read can match. The engine first
+        says whether any point at all can have expired (:meth:`~memcore_qdrant.engine.Engine.none_expired`),
+        which spares the count on a store whose records all expire later, or never."""
         live = self._now_live()
         if self._engine.prunes_live_condition:
+            assert isinstance(live.value, datetime)
+            if (yield from engine_call(self._engine.none_expired, epoch_micros(live.value))):
+                return None
             expired = compile_filter(Comparison(live.field, "$lte", live.value))
             if not (yield from engine_call(self._engine.count, scoped(scope, expired))):
                 return None
@@ -389,7 +396,8 @@ class QdrantStore(BaseStore):
                 return found
         where = yield from self._where(scope, node, substring, alive)
         hits = yield from engine_call(self._engine.query, vector, where, limit)
-        return [_scored(fields.from_payload(h.payload), h.score) for h in hits]
+        records = fields.records_from([h.payload for h in hits])
+        return [_scored(record, hit.score) for record, hit in zip(records, hits, strict=True)]
 
     def _best_hits_passing(
         self, node: Filter, vector: builtins.list[float], where: Clause, limit: int
@@ -447,7 +455,9 @@ class QdrantStore(BaseStore):
             return []
         limit = query.limit or documents
         hits = yield from engine_call(self._engine.keyword_query, query_vector(weights), where, limit)
-        found = [(h.score, fields.from_payload(h.payload)) for h in hits if h.score > 0]
+        hits = [h for h in hits if h.score > 0]
+        records = fields.records_from([h.payload for h in hits])
+        found = list(zip([h.score for h in hits], records, strict=True))
         # Equal scores, newest first (as the exact scan orders them); Qdrant leaves ties unordered.
         found.sort(key=lambda hit: (hit[0], order_key(hit[1])), reverse=True)
         return [ScoredRecord.of(record, score) for score, record in found]
@@ -468,18 +478,30 @@ class QdrantStore(BaseStore):
         return await self._arun_session("list scopes", self._scopes_session(prefix))
 
     def _scopes_session(self, prefix: Scope) -> Session[builtins.list[tuple[Scope, int]]]:
-        """The exact scopes of the live points ``prefix`` sees, from one exact facet of Qdrant on the
-        keyword-indexed ``scope_keys`` (scope and live condition as its filter), inverted into the
+        """The exact scopes of the live points ``prefix`` sees, from exact facets of Qdrant on the
+        keyword-indexed ``scope_keys`` (scope and live condition as their filter), inverted into the
         count of each exact scope (:func:`~memcore_qdrant.payload.exact_scope_counts`): no point
-        is read, and points of every layout carry ``scope_keys``."""
+        is read, and points of every layout carry ``scope_keys``.
+
+        The keys with a tenant come from one facet of the scope; the keys without one (points
+        stored before every scope had a tenant; earlier layouts listed them for every point) from
+        a second facet of the points without a tenant, asked only when ``prefix`` is
+        :meth:`~memcore.scope.Scope.everything` (any other scope names a tenant)."""
         where = scoped(prefix, (yield from self._alive_in(prefix)))
+        keys = [hit for hit in (yield from self._facet(where)) if fields.has_tenant(hit[0])]
+        if prefix.tenant is None:
+            tenantless = Clause((*where.must, IsEmpty(fields.TENANT)), where.should, where.must_not)
+            keys += yield from self._facet(tenantless)
+        return [(_stored_scope(values), count) for values, count in fields.exact_scope_counts(keys)]
+
+    def _facet(self, where: Clause) -> Session[builtins.list[tuple[str, int]]]:
+        """Every ``scope_keys`` value of the points matching ``where``, with its count."""
         limit = FACET_LIMIT
         while True:
             hits = yield from engine_call(self._engine.facet, fields.SCOPE_KEYS, where, limit)
             if len(hits) < limit:
-                break
+                return hits
             limit *= 16
-        return [(_stored_scope(values), count) for values, count in fields.exact_scope_counts(hits)]
 
     def _delete(self, scope: Scope, ids: builtins.list[UUID]) -> int:
         return self._run("delete records", self._deletion(scoped(scope, with_ids(ids))))

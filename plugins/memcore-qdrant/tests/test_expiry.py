@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from itertools import combinations
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +49,11 @@ def _unit(seed: int) -> list[float]:
 
 
 def _old_payload(record: MemoryRecord) -> dict[str, object]:
-    """The payload memcore wrote before records could expire: no ``expires_at``."""
+    """The payload memcore wrote before records could expire: no ``expires_at``, and the key of
+    every subset of the scope's fields in ``scope_keys``."""
     payload = fields.to_payload(record)
     del payload[fields.EXPIRES_AT]
+    payload[fields.SCOPE_KEYS] = _every_subset_key(record.scope.items())
     return payload
 
 
@@ -125,7 +128,10 @@ def test_records_written_before_expiry_never_expire_and_every_read_sees_them(
 ) -> None:
     write, open_store = layout
     tea, coffee, water = _record(MINE, "old tea"), _record(MINE, "old coffee"), _record(THEIRS, "old water")
-    write(tmp_path, [(tea, _unit(1)), (coffee, _unit(2)), (water, _unit(3))])
+    # Stored before every scope had a tenant: only Scope.everything() sees it.
+    relic_scope = Scope.model_construct(tenant=None, user_id="alice", agent_id=None, session_id=None)
+    relic = MemoryRecord.model_construct(**{**_record(MINE, "relic").__dict__, "scope": relic_scope})
+    write(tmp_path, [(tea, _unit(1)), (coffee, _unit(2)), (water, _unit(3)), (relic, _unit(5))])
     with open_store(tmp_path) as store:
         clock = ManualClock()
         store.clock = clock
@@ -143,6 +149,12 @@ def test_records_written_before_expiry_never_expire_and_every_read_sees_them(
         assert [h.record for h in store.search(MINE, keywords="tea")] == [tea]
         assert [h.record for h in store.search(ACME, text="WATER")] == [water]
         assert [(e.scope, e.count) for e in store.scopes(ACME)] == [(MINE.exact(), 2), (THEIRS.exact(), 1)]
+        everything = [(e.scope.as_tuple(), e.count) for e in store.scopes(Scope.everything())]
+        assert everything == [
+            (relic_scope.as_tuple(), 1),
+            (MINE.exact().as_tuple(), 2),
+            (THEIRS.exact().as_tuple(), 1),
+        ]
         # A filter on expires_at sees them as never expiring (NEVER_EXPIRES), as the reference does.
         soon = clock.now + timedelta(days=1)
         for spec, expected in (
@@ -158,8 +170,14 @@ def test_records_written_before_expiry_never_expire_and_every_read_sees_them(
         ):
             assert store.count(ACME, filter=spec) == expected, spec
         fleeting = _record(MINE, "new tea")
-        store.add([fleeting], [_unit(4)], ttl=60)
+        store.add([fleeting], [_unit(4)], ttl=60)  # in the current layout, beside the earlier one
         assert store.count(ACME, filter={"expires_at": {"$lt": soon}}) == 1
+        everything = [(e.scope.as_tuple(), e.count) for e in store.scopes(Scope.everything())]
+        assert everything == [
+            (relic_scope.as_tuple(), 1),
+            (MINE.exact().as_tuple(), 3),
+            (THEIRS.exact().as_tuple(), 1),
+        ]
         assert (
             store.update(MINE, coffee.id, content="old coffee, now short-lived", ttl=30).expires_at
             is not None
@@ -209,18 +227,49 @@ def test_the_conditional_write_of_an_update_never_brings_back_a_deleted_or_expir
 ScopeTuple = tuple[str | None, ...]
 
 _SCOPES = st.tuples(
-    st.sampled_from(["t1", "t2"]),
+    st.sampled_from([None, "t1", "t2"]),  # None: a record stored before every scope had a tenant
     st.sampled_from([None, "u1", "u2"]),
     st.sampled_from([None, "a"]),
     st.sampled_from([None, "s1", "s2"]),
-)
+).filter(lambda values: any(value is not None for value in values))
+
+
+def _every_subset_key(pairs: list[tuple[str, str]]) -> list[str]:
+    """The ``scope_keys`` of a point written before only the subsets a read scope can be were listed."""
+    return [
+        fields.scope_key(subset) for size in range(1, len(pairs) + 1) for subset in combinations(pairs, size)
+    ]
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(_SCOPES, min_size=1, max_size=30))
-def test_the_scope_facet_inverts_into_exact_scope_counts(scopes: list[ScopeTuple]) -> None:
-    facet: Counter[str] = Counter()
-    for values in scopes:
+@given(st.lists(st.tuples(_SCOPES, st.booleans()), min_size=1, max_size=30))
+def test_the_scope_facets_invert_into_exact_scope_counts(points: list[tuple[ScopeTuple, bool]]) -> None:
+    """Points of both layouts (``True``: every subset listed), with and without a tenant, facetted as
+    ``QdrantStore._scopes_session`` asks: the keys with a tenant of every point, and the keys of the
+    points without one."""
+    with_tenant: Counter[str] = Counter()
+    tenantless: Counter[str] = Counter()
+    for values, earlier_layout in points:
         pairs = [(name, value) for name, value in zip(SCOPE_FIELDS, values, strict=True) if value is not None]
-        facet.update(fields._scope_keys(pairs))
-    assert dict(fields.exact_scope_counts(facet.items())) == Counter(scopes)
+        keys = _every_subset_key(pairs) if earlier_layout else fields._scope_keys(pairs)
+        if values[0] is None:
+            tenantless.update(keys)
+        else:
+            with_tenant.update(key for key in keys if fields.has_tenant(key))
+    facet = [*with_tenant.items(), *tenantless.items()]
+    assert dict(fields.exact_scope_counts(facet)) == Counter(values for values, _ in points)
+
+
+def test_a_record_with_a_tenant_lists_the_keys_of_the_read_scopes_it_is_in() -> None:
+    pairs = [("tenant", "t"), ("user_id", "u"), ("session_id", "s")]
+    assert fields._scope_keys(pairs) == [
+        "tenant=t",
+        "tenant=t|user_id=u",
+        "tenant=t|session_id=s",
+        "tenant=t|user_id=u|session_id=s",
+    ]
+    assert fields._scope_keys([("user_id", "u"), ("agent_id", "a")]) == [
+        "user_id=u",
+        "agent_id=a",
+        "user_id=u|agent_id=a",
+    ]
