@@ -33,7 +33,10 @@ def is_stored(info: pydantic.ValidationInfo) -> bool:
     return info.context is STORED
 
 
-def _translate(exc: pydantic.ValidationError, default: type[InvalidInputError]) -> MemcoreError:
+def translate_error(
+    exc: pydantic.ValidationError, default: type[InvalidInputError] = InvalidRecordError
+) -> MemcoreError:
+    """The memcore error for a pydantic validation error: the one a validator raised, else ``default``."""
     for detail in exc.errors():
         cause = (detail.get("ctx") or {}).get("error")
         if isinstance(cause, MemcoreError):
@@ -52,7 +55,7 @@ class MemcoreModel(pydantic.BaseModel):
         try:
             super().__init__(**data)
         except pydantic.ValidationError as exc:
-            raise _translate(exc, self.invalid_error) from None
+            raise translate_error(exc, self.invalid_error) from None
 
     # Tells pydantic this __init__ adds nothing to validation, so that nested
     # models (a record's scope, message, tool calls) are validated in pydantic-core
@@ -65,11 +68,11 @@ class MemcoreModel(pydantic.BaseModel):
         try:
             return super().model_validate(obj, **kwargs)
         except pydantic.ValidationError as exc:
-            raise _translate(exc, cls.invalid_error) from None
+            raise translate_error(exc, cls.invalid_error) from None
 
     @classmethod
     def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Self:
         try:
             return super().model_validate_json(json_data, **kwargs)
         except pydantic.ValidationError as exc:
-            raise _translate(exc, cls.invalid_error) from None
+            raise translate_error(exc, cls.invalid_error) from None

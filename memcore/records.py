@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 
 import pydantic
 
-from memcore.model_base import STORED, MemcoreModel, is_stored
+from memcore.model_base import MemcoreModel, is_stored
 from memcore.scope import Scope
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -233,7 +233,9 @@ class MemoryRecord(MemcoreModel):
 
         :raises InvalidRecordError: if ``data`` is not a record's JSON.
         """
-        return cls.model_validate_json(data, context=STORED)
+        from memcore.stored_records import decode_stored  # it builds on this class
+
+        return decode_stored(data)
 
     @pydantic.field_validator("created_at")
     @classmethod

@@ -37,7 +37,6 @@ import numpy.typing as npt
 
 from memcore.errors import StoreCorruptedError
 from memcore.filters import COLUMN_FIELDS, METADATA_PREFIX, MISSING, And, Comparison, Filter, Not
-from memcore.model_base import STORED
 from memcore.queries import Order
 from memcore.records import NEVER_EXPIRES, MemoryRecord, epoch_micros
 from memcore.scope import Scope
@@ -313,7 +312,7 @@ class Partition:
         """
         record = self._cache.get(self._serial, row)
         if record is None:
-            record = MemoryRecord.model_validate_json(self._json(row), context=STORED)
+            record = MemoryRecord.from_stored_json(self._json(row))
             if record.id.int != self._id(row) or record.scope != self.scope_of(row):
                 raise StoreCorruptedError(
                     f"a stored record of scope {self.scope_of(row)} decodes as {record.id} of "

@@ -38,14 +38,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 from typing import Any, Final
 
-import pydantic_core
-from pydantic_core import core_schema
-
-from memcore.errors import StoreCorruptedError
+from memcore.errors import MemcoreError, StoreCorruptedError
 from memcore.filters import COLUMN_FIELDS, column_values
-from memcore.model_base import STORED
 from memcore.records import MemoryRecord, MetadataValue
 from memcore.scope import SCOPE_FIELDS
+from memcore.stored_records import decode_stored_many
 from memcore_qdrant.keywords import SparseVector, distinct_terms, document_vector
 
 RECORD: Final = "record"
@@ -235,50 +232,9 @@ def from_payload(payload: dict[str, Any] | None) -> MemoryRecord:
     return records_from([payload])[0]
 
 
-SKIPPED_ON_STORED_DATA: Final = frozenset(
-    {
-        "MemoryRecord._check_scope",
-        "MemoryRecord._check_metadata",
-        "MemoryRecord._check_kind",
-        "Scope._check_values",
-        "Message._check_tool_fields",
-    }
-)
-"""The validators of memcore's record models that return their input unchanged on data a store wrote
-(:data:`~memcore.model_base.STORED`: it was checked on the way in). The decoder of stored records
-leaves them out of its schema rather than calling each, only to return, for every record read;
-the others (turning times into UTC, any validator memcore adds later) stay."""
-
-
-def _without_skipped(schema: Any) -> Any:
-    """A copy of a pydantic-core schema without the :data:`SKIPPED_ON_STORED_DATA` validators."""
-    if isinstance(schema, dict):
-        function = schema.get("function")
-        if (
-            schema.get("type") == "function-after"
-            and isinstance(function, dict)
-            and getattr(function.get("function"), "__qualname__", None) in SKIPPED_ON_STORED_DATA
-        ):
-            return _without_skipped(schema["schema"])
-        return {key: _without_skipped(value) for key, value in schema.items()}
-    if isinstance(schema, list):
-        return [_without_skipped(item) for item in schema]
-    return schema
-
-
-_STORED_RECORDS: Final = pydantic_core.SchemaValidator(
-    core_schema.list_schema(core_schema.json_schema(_without_skipped(MemoryRecord.__pydantic_core_schema__)))
-)
-"""Decodes a list of record JSON strings in one call into pydantic-core, each string parsed on its own
-(never joined into one document, which a forged string could reshape), with every check of the
-record's shape (types, required fields, no extra ones) and without the validators that do nothing on
-stored data."""
-
-
 def records_from(payloads: Sequence[dict[str, Any] | None]) -> list[MemoryRecord]:
-    """Rebuild the records these payloads hold, in order: as
-    :meth:`~memcore.records.MemoryRecord.from_stored_json` does one by one (shape checked, value
-    checks of data memcore wrote itself skipped: :data:`~memcore.model_base.STORED`), in one pass.
+    """Rebuild the records these payloads hold, in order, in one pass
+    (:func:`memcore.stored_records.decode_stored_many`).
 
     :raises StoreCorruptedError: if a payload is not one memcore wrote.
     """
@@ -286,7 +242,6 @@ def records_from(payloads: Sequence[dict[str, Any] | None]) -> list[MemoryRecord
     if not all(isinstance(raw, str) for raw in raws):
         raise StoreCorruptedError("a Qdrant point has no memcore record in its payload")
     try:
-        records: list[MemoryRecord] = _STORED_RECORDS.validate_python(raws, context=STORED)
-    except pydantic_core.ValidationError as exc:
+        return decode_stored_many(raws)  # type: ignore[arg-type]  # all str, checked above
+    except MemcoreError as exc:
         raise StoreCorruptedError(f"a Qdrant point holds an invalid memcore record: {exc}") from None
-    return records

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from memcore_qdrant.payload import RECORD, SKIPPED_ON_STORED_DATA, from_payload, records_from, to_payload
+from memcore_qdrant.payload import RECORD, from_payload, records_from, to_payload
 
 from memcore.errors import StoreCorruptedError
 from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall
@@ -36,24 +36,6 @@ def test_a_record_round_trips_through_its_payload() -> None:
 def test_a_payload_memcore_did_not_write_is_a_corrupted_store(payload: object) -> None:
     with pytest.raises(StoreCorruptedError):
         from_payload(payload)  # type: ignore[arg-type]
-
-
-def _validator_names(schema: object) -> set[str]:
-    if isinstance(schema, dict):
-        kind = schema.get("type")
-        validator = isinstance(kind, str) and kind.startswith("function-")
-        own = {schema["function"]["function"].__qualname__} if validator else set()
-        return own.union(*(_validator_names(value) for value in schema.values()))
-    if isinstance(schema, list):
-        return set().union(*(_validator_names(item) for item in schema))
-    return set()
-
-
-def test_the_stored_record_decoder_leaves_out_only_validators_that_do_nothing_on_stored_data() -> None:
-    """If memcore renames one of them, it would be called again (slower, still right): this says so."""
-    everything = _validator_names(MemoryRecord.__pydantic_core_schema__)
-    assert everything >= SKIPPED_ON_STORED_DATA
-    assert everything - SKIPPED_ON_STORED_DATA == {"MemoryRecord._to_utc", "MemoryRecord._optional_to_utc"}
 
 
 def test_records_decode_in_one_pass_exactly_as_one_by_one() -> None:
