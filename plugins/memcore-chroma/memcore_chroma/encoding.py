@@ -31,14 +31,16 @@ value, including integers up to 2**63, lives in the JSON document.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
 
 from memcore.errors import StoreCorruptedError
 from memcore.filters import column_values
-from memcore.records import MemoryRecord
+from memcore.records import MemoryRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope, storage_id
 
 Where = dict[str, Any]
@@ -76,6 +78,11 @@ def type_key(key: str) -> str:
 def entry_id(record: MemoryRecord) -> str:
     """The Chroma id of the entry holding ``record``: the storage id of its exact scope and id."""
     return str(storage_id(record.scope, record.id))
+
+
+def exact_entries(scope: Scope, ids: Sequence[UUID]) -> list[str]:
+    """The Chroma ids of the entries that would hold these records of the exact ``scope``."""
+    return [str(storage_id(scope, record_id)) for record_id in ids]
 
 
 def flat_metadata(record: MemoryRecord, has_vector: bool) -> ChromaMetadata:
@@ -131,12 +138,16 @@ def decode_found(found: Any) -> list[MemoryRecord]:
 
 
 def scope_clauses(scope: Scope) -> list[Where]:
-    """One equality per set scope field (none for :meth:`Scope.everything`); an exact scope
-    (:meth:`Scope.exact`) also the digest of all four fields, so that unset fields must be unset."""
-    clauses: list[Where] = [{f"{SCOPE_PREFIX}{name}": value} for name, value in scope.items()]
+    """One equality per set scope field (none for :meth:`Scope.everything`); for an exact scope
+    (:meth:`Scope.exact`) only the digest of all four fields, which fixes every field, set or unset.
+
+    Chroma evaluates each clause of a ``where`` over every entry it matches, however selective the
+    others are: the field equalities of an exact scope, which match the scope's whole tenant,
+    would cost as much as reading it.
+    """
     if scope.is_exact:
-        clauses.append({SCOPE_KEY: scope.digest()})
-    return clauses
+        return [{SCOPE_KEY: scope.digest()}]
+    return [{f"{SCOPE_PREFIX}{name}": value} for name, value in scope.items()]
 
 
 def scope_key(fields: tuple[str | None, ...]) -> str:
@@ -155,6 +166,11 @@ def stored_scope(metadata: dict[str, Any] | None) -> tuple[str | None, ...]:
     """The scope tuple recorded in an entry's flat metadata."""
     metadata = metadata or {}
     return tuple(metadata.get(f"{SCOPE_PREFIX}{name}") for name in SCOPE_FIELDS)
+
+
+def is_live(record: MemoryRecord, now_micros: int | None) -> bool:
+    """Whether ``record`` expires after ``now_micros`` (epoch microseconds; ``None``: no condition)."""
+    return now_micros is None or epoch_micros(record.expires) > now_micros
 
 
 def live_clauses(now_micros: int | None) -> list[Where]:

@@ -29,6 +29,7 @@ from memcore_chroma.encoding import (
     EXPIRES_AT_KEY,
     RECORD_ID_KEY,
     SCOPE_KEY,
+    VECTOR_KEY,
     decode,
     entry_id,
     scope_key,
@@ -52,6 +53,11 @@ META_INDEX_DIMENSION = "memcore.index_dimension"
 META_EMBEDDER = "memcore.embedder"
 META_SCOPE_KEYS = "memcore.scope_keys"
 """Set once every entry has its ``scope.key`` (:data:`~memcore_chroma.encoding.SCOPE_KEY`)."""
+META_STAND_INS = "memcore.stand_ins"
+"""Whether the collection may hold stand-in vectors (records without a vector): only then do
+searches send ``vec: true`` to Chroma, a clause that matches every other entry and so costs a
+scan of the collection. Set before the first stand-in is written; a search still checks each
+hit's ``vec`` (:func:`holds_stand_ins` sets it for a collection written before the key)."""
 BACKFILL_PAGE = 1_000
 DEFAULT_COLLECTION = "memcore"
 REBUILD_SUFFIX = ".rebuild"
@@ -194,6 +200,11 @@ def int_value(meta: Meta, key: str) -> int | None:
     """``meta[key]`` if it is an int."""
     value = meta.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def holds_stand_ins(collection: Collection) -> bool:
+    """Whether any entry of ``collection`` holds a stand-in vector (for :data:`META_STAND_INS`)."""
+    return bool(collection.get(where={VECTOR_KEY: False}, limit=1, include=[])["ids"])
 
 
 def settled(meta: Meta) -> bool:

@@ -23,7 +23,6 @@ from memcore.validation import Matrix
 from memcore_chroma.connection import client_settings
 from memcore_chroma.encoding import (
     RECORD_ID_KEY,
-    VECTOR_KEY,
     Where,
     all_of,
     encode,
@@ -78,7 +77,7 @@ class RawChroma:
         found = self._collection.query(
             query_embeddings=vector.reshape(1, -1),
             n_results=limit,
-            where=_scoped(scope, {VECTOR_KEY: True}),
+            where=_scoped(scope),  # no stand-ins here: the store then leaves ``vec`` out too
             include=["documents", "distances"],
         )
         return _parsed((found["documents"] or [[]])[0])

@@ -6,8 +6,12 @@ sync client or, on a server, the async one.
 Chroma cannot order by a field, and its HNSW search can stop short under a selective
 ``where``. These functions get ordered windows and ranked hits from it anyway, exactly:
 each is given a ``where`` that selects a superset of the wanted records (the scope and
-the compiled filter) and a predicate or :class:`~memcore_chroma.filters.CompiledFilter`
-that settles the rest.
+the compiled filter) and a predicate (:data:`Keep`) that settles the rest.
+
+Chroma evaluates every clause of a ``where`` over every entry it matches, whatever the other
+clauses select: a clause that matches the whole collection, such as the implicit read condition
+``expires_at > now``, costs a scan of it. So that condition is never sent; it is checked on each
+record decoded, and reads that have the ids they want read them by id.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memcore.errors import StoreError
-from memcore.filters import Filter
 from memcore.kit import clamp_score, order_key
 from memcore.records import MemoryRecord, ScoredRecord
 from memcore.validation import Matrix
@@ -26,13 +29,13 @@ from memcore_chroma.calls import Method, Session, collection_call
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
     RECORD_ID_KEY,
+    VECTOR_KEY,
     Where,
     all_of,
     decode,
     decode_found,
     entry_id,
 )
-from memcore_chroma.filters import CompiledFilter
 
 MIN_OVERFETCH = 64
 """Candidates fetched at least when a search must post-filter; then 4 times more per round."""
@@ -41,10 +44,27 @@ LISTING_SAMPLE = 2
 """An ordered read with a limit first times the ``LISTING_SAMPLE * limit`` records inserted last
 (or first) to bound what it reads (see :func:`newest_or_oldest`)."""
 
+BOUND_READ = 8
+"""A window's time bound is read alone (ids only) up to ``BOUND_READ * LISTING_SAMPLE * limit``
+entries, every scope's; beyond, with the scope's ``where`` (see :func:`newest_or_oldest`)."""
+
+SMALL_SELECTION = 256
+"""A search whose ``where`` selects at most this many entries ranks them exactly
+(:func:`small_selection_search`) instead of asking Chroma's HNSW search."""
+
+MIN_HIT_PAGE = 16
+"""Documents read at least at a time by :func:`small_selection_search`, best first."""
+
 LOST_ENTRY_RETRIES = 3
 """How many times :func:`asked_again_if_an_entry_vanished` asks in all."""
 
 T = TypeVar("T")
+
+
+Keep = Callable[[MemoryRecord], bool]
+"""What a read checks of each record it decodes: the conditions its ``where`` left to the store
+(the implicit read condition, always; the filter, where the ``where`` selects a superset or the
+records were read by id)."""
 
 
 def candidates(where: Where | None, ids: Sequence[str] | None = None) -> Session[list[MemoryRecord]]:
@@ -53,6 +73,21 @@ def candidates(where: Where | None, ids: Sequence[str] | None = None) -> Session
     found = yield from collection_call(
         "reading records", "get", ids=chosen, where=where, include=["documents"]
     )
+    return decode_found(found)
+
+
+def by_ids(ids: Sequence[str]) -> Session[list[MemoryRecord]]:
+    """The records of these entries, found by id alone.
+
+    Chroma evaluates a ``where`` over the whole collection even when ``ids`` are given; ids alone
+    are looked up. An entry's id is its record's exact scope and id
+    (:func:`~memcore_chroma.encoding.entry_id`, which decoding checks), so ids listed under a
+    scope's ``where`` (or made from an exact scope) read only that scope's records; the caller
+    checks again what else the ``where`` said (:data:`Keep`), which may have changed since.
+    """
+    if not ids:
+        return []  # Chroma reads ids=[] as no restriction
+    found = yield from collection_call("reading records", "get", ids=list(ids), include=["documents"])
     return decode_found(found)
 
 
@@ -82,17 +117,20 @@ def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 def ordered(
     where: Where | None,
-    node: Filter | None,
-    compiled: CompiledFilter,
+    keep: Keep,
+    exact: bool,
     descending: bool,
     limit: int | None,
 ) -> Session[list[MemoryRecord]]:
-    """The records ``where`` selects that match ``node`` (compiled into ``compiled``), in
-    (created_at, id) order, the first ``limit``."""
+    """The records ``where`` selects that ``keep`` keeps, in (created_at, id) order, the first ``limit``.
+
+    :param exact: ``where`` selects only records that ``keep`` keeps but for the implicit read
+        condition (which is never in ``where``), so that a window can be bounded by time.
+    """
     if limit is None:
-        records = [r for r in (yield from candidates(where)) if compiled.admits(node, r)]
+        records = [r for r in (yield from candidates(where)) if keep(r)]
         return sorted(records, key=order_key, reverse=descending)
-    window = (yield from newest_or_oldest(where, limit, descending)) if compiled.exact else None
+    window = (yield from newest_or_oldest(where, keep, limit, descending)) if exact else None
     if window is not None:
         return sorted(window, key=order_key, reverse=descending)[:limit]
     # Order by the small metadata first, then read only the documents needed.
@@ -106,20 +144,22 @@ def ordered(
         reverse=descending,
     )
     entries = [entry for _, _, entry in keys]
-    chunk_size = limit if compiled.exact else max(limit * 2, MIN_OVERFETCH)
+    chunk_size = limit if exact else max(limit * 2, MIN_OVERFETCH)
     result: list[MemoryRecord] = []
     for chunk in chunks(entries, chunk_size):
-        # Scoped again: a record deleted (and its id reused elsewhere) since is skipped.
-        by_id = {entry_id(r): r for r in (yield from candidates(where, chunk))}
-        result += [by_id[i] for i in chunk if i in by_id and compiled.admits(node, by_id[i])]
+        # Checked again: a record changed or deleted since the listing is skipped.
+        by_id = {entry_id(r): r for r in (yield from by_ids(chunk))}
+        result += [by_id[i] for i in chunk if i in by_id and keep(by_id[i])]
         if len(result) >= limit:
             break
     return result[:limit]
 
 
-def newest_or_oldest(where: Where | None, limit: int, descending: bool) -> Session[list[MemoryRecord] | None]:
-    """Records ``where`` selects, among them its ``limit`` newest (``descending``) or oldest;
-    ``None`` if records were deleted meanwhile.
+def newest_or_oldest(
+    where: Where | None, keep: Keep, limit: int, descending: bool
+) -> Session[list[MemoryRecord] | None]:
+    """Records ``where`` selects and ``keep`` keeps, among them the ``limit`` newest
+    (``descending``) or oldest of those; ``None`` if too many were deleted or expired meanwhile.
 
     Sorting means reading the metadata of the whole scope (an agent's whole history, for its
     recent window). Chroma's ids come in insertion order, and reading them alone is cheap: the
@@ -132,9 +172,10 @@ def newest_or_oldest(where: Where | None, limit: int, descending: bool) -> Sessi
     ids = (yield from collection_call("listing ids", "get", where=where, include=[]))["ids"]
     size = LISTING_SAMPLE * limit
     if len(ids) <= size:
-        return (yield from candidates(where))
+        # Every match: read by id, not by evaluating ``where`` over the collection again.
+        return [r for r in (yield from by_ids(ids)) if keep(r)]
     sample = ids[-size:] if descending else ids[:size]
-    # Read without ``where`` (by id, cheap): only their times are used, as the bound.
+    # Read by id (cheap): only their times are used, as the bound.
     sampled = yield from collection_call("sampling times", "get", ids=sample, include=["metadatas"])
     times = [int(meta[CREATED_AT_KEY]) for meta in sampled["metadatas"] or []]
     if not times:
@@ -142,22 +183,39 @@ def newest_or_oldest(where: Where | None, limit: int, descending: bool) -> Sessi
     bound: Where = (
         {CREATED_AT_KEY: {"$gte": min(times)}} if descending else {CREATED_AT_KEY: {"$lte": max(times)}}
     )
-    bounded = all_of([where, bound] if where is not None else [bound])
-    records = yield from candidates(bounded)
-    return records if len(records) >= limit else None
+    # The time bound alone is selective (the window's times), where ``where`` would scan the
+    # scope again: its ids, listed under ``where`` above, say which are the scope's (records of
+    # the scope written since that listing are left to the next read, as concurrent writes).
+    # Unless other scopes wrote much since the bound: then ``where`` goes with the bound.
+    recent = yield from collection_call(
+        "bounding times", "get", where=bound, include=[], limit=BOUND_READ * size
+    )
+    if len(recent["ids"]) < BOUND_READ * size:
+        listed = set(ids)
+        records = yield from by_ids([i for i in recent["ids"] if i in listed])
+    else:
+        records = yield from candidates(all_of([where, bound] if where is not None else [bound]))
+    kept = [r for r in records if keep(r)]
+    return kept if len(kept) >= limit else None
+
+
+def has_vector(meta: Any) -> bool:
+    """Whether an entry's metadata says it holds the record's vector, not a stand-in."""
+    return meta is not None and meta.get(VECTOR_KEY) is True
 
 
 def vector_search(
     where: Where | None,
     query: Matrix,
-    wanted: Callable[[MemoryRecord], bool],
+    wanted: Keep,
     limit: int,
     exact_where: bool,
 ) -> Session[list[ScoredRecord]]:
     """The ``limit`` records nearest ``query`` among those ``where`` selects and ``wanted`` keeps.
 
-    :param exact_where: ``where`` selects only wanted records, so Chroma's first ``limit`` hits
-        are the answer; otherwise candidates are over-fetched, then fetched 4 times more per round.
+    :param exact_where: ``where`` selects only wanted records but for the implicit read condition
+        (expired records are rare), so Chroma's first ``limit`` hits are asked first; otherwise
+        candidates are over-fetched. Each round that falls short asks 4 times more.
     """
     fetch = limit if exact_where else max(limit * 4, MIN_OVERFETCH)
     while True:
@@ -167,14 +225,16 @@ def vector_search(
             query_embeddings=query,
             n_results=fetch,
             where=where,
-            include=["documents", "distances"],
+            include=["documents", "distances", "metadatas"],
         )
         ids, documents = found["ids"][0], (found["documents"] or [[]])[0]
-        distances = (found["distances"] or [[]])[0]
+        distances, metadatas = (found["distances"] or [[]])[0], (found["metadatas"] or [[]])[0]
         hits: list[ScoredRecord] = []
-        for record_id, document, distance in zip(ids, documents, distances, strict=True):
+        for record_id, document, distance, meta in zip(ids, documents, distances, metadatas, strict=True):
             if document is None:
                 continue  # deleted by another thread between Chroma's index lookup and its read
+            if not has_vector(meta):
+                continue
             record = decode(record_id, document)
             if wanted(record):
                 hits.append(ScoredRecord.of(record, clamp_score(1.0 - distance)))
@@ -193,20 +253,79 @@ def vector_search(
 def exact_search(
     where: Where | None,
     query: Matrix,
-    wanted: Callable[[MemoryRecord], bool],
+    wanted: Keep,
     limit: int,
 ) -> Session[list[ScoredRecord]]:
     """Rank every candidate by cosine similarity with numpy (vectors are stored unit-length)."""
     found = yield from asked_again_if_an_entry_vanished(
-        "searching exactly", "get", where=where, include=["embeddings", "documents"]
+        "searching exactly", "get", where=where, include=["embeddings", "documents", "metadatas"]
+    )
+    return ranked(found, query, wanted, limit)
+
+
+def small_selection_search(
+    where: Where | None,
+    query: Matrix,
+    wanted: Keep,
+    limit: int,
+) -> Session[list[ScoredRecord] | None]:
+    """The ``limit`` records nearest ``query`` that ``where`` selects and ``wanted`` keeps, ranked
+    exactly, if ``where`` selects at most :data:`SMALL_SELECTION` entries; else ``None``.
+
+    Chroma's HNSW search under a ``where`` that admits a small part of the collection costs
+    many times the ``where`` itself (it walks the graph past entries it may not return): a
+    tenant's 100 records among 100,000 entries took ~100 ms, listing their ids ~10 ms. So the ids
+    are listed (no more than ``SMALL_SELECTION + 1``) and, if that is all, their vectors read by
+    id and ranked with numpy; documents and metadata (several times the vectors' cost to read)
+    only of the best, a few at a time. ``wanted`` must check what ``where`` says but the scope:
+    an entry may have changed between the listing and the reads.
+    """
+    listed = yield from collection_call(
+        "listing candidates", "get", where=where, include=[], limit=SMALL_SELECTION + 1
+    )
+    if len(listed["ids"]) > SMALL_SELECTION:
+        return None
+    if not listed["ids"]:
+        return []
+    found = yield from asked_again_if_an_entry_vanished(
+        "searching exactly", "get", ids=listed["ids"], include=["embeddings"]
     )
     if not found["ids"]:
         return []
     vectors = np.asarray(found["embeddings"], dtype=np.float32)
     scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
+    best = [(found["ids"][row], float(scores[row])) for row in np.argsort(-scores, kind="stable")]
     hits: list[ScoredRecord] = []
-    documents = found["documents"] or []
+    for chunk in chunks(best, max(2 * limit, MIN_HIT_PAGE)):
+        page = yield from asked_again_if_an_entry_vanished(
+            "reading hits", "get", ids=[entry for entry, _ in chunk], include=["documents", "metadatas"]
+        )
+        read = dict(
+            zip(page["ids"], zip(page["documents"] or [], page["metadatas"] or [], strict=True), strict=True)
+        )
+        for entry, score in chunk:
+            if entry not in read or not has_vector(read[entry][1]):
+                continue  # deleted since, or a stand-in
+            record = decode(entry, read[entry][0])
+            if wanted(record):
+                hits.append(ScoredRecord.of(record, score))
+                if len(hits) == limit:
+                    return hits
+    return hits
+
+
+def ranked(found: Any, query: Matrix, wanted: Keep, limit: int) -> list[ScoredRecord]:
+    """The ``limit`` entries of a ``get`` with embeddings, documents and metadatas nearest ``query``
+    that hold a real vector and whose records ``wanted`` keeps."""
+    if not found["ids"]:
+        return []
+    vectors = np.asarray(found["embeddings"], dtype=np.float32)
+    scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
+    hits: list[ScoredRecord] = []
+    documents, metadatas = found["documents"] or [], found["metadatas"] or []
     for row in np.argsort(-scores, kind="stable"):
+        if not has_vector(metadatas[row]):
+            continue
         record = decode(found["ids"][row], documents[row])
         if wanted(record):
             hits.append(ScoredRecord.of(record, float(scores[row])))

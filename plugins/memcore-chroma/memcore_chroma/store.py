@@ -12,11 +12,14 @@ record's id in the entry's metadata within the scope, so that a wide scope finds
 the id's record in each of its exact scopes.
 
 Reads compile the scope and the filter into one ``where``
-(:mod:`memcore_chroma.filters`), with the implicit read condition of every read beside them:
-``expires_at > now`` (the store's :attr:`~memcore.store.BaseStore.clock`, a client-side value),
-so that Chroma never returns an expired record; deletes leave it out, so that they reach
-expired records (``sweep()``, ``purge()``). When that ``where`` is exact, counts and
-limits go to Chroma as they are; when it is a superset, candidates are
+(:mod:`memcore_chroma.filters`). The implicit read condition, ``expires_at > now`` (the store's
+:attr:`~memcore.store.BaseStore.clock`, a client-side value), is sent beside them only by the
+reads that decode nothing (counts, ``scopes()``): it matches nearly every entry, and Chroma
+evaluates each clause over every entry it matches, so the other reads check it on each record
+they decode (:meth:`ChromaStoreBase._alive`); deletes leave it out, so that they reach
+expired records (``sweep()``, ``purge()``). Reads that know their entries' ids (an exact scope's,
+a window's) read them by id, which Chroma looks up without evaluating a ``where``. When the
+``where`` is exact, counts and limits go to Chroma as they are; when it is a superset, candidates are
 fetched (over-fetching, then fetching more until ``limit`` hits or no more
 candidates) and post-filtered with :func:`memcore.filters.evaluate`
 (:mod:`memcore_chroma.reads`). Text
@@ -35,6 +38,7 @@ entries a prefix sees (:meth:`ChromaStoreBase._scopes`): Chroma has no grouping.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -52,7 +56,7 @@ from memcore.errors import (
     StoreError,
     StoreFullError,
 )
-from memcore.filters import Comparison, Filter
+from memcore.filters import Comparison, Filter, evaluate
 from memcore.kit import check_same_dimension, order_key
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
@@ -65,6 +69,7 @@ from memcore_chroma.calls import CollectionCall, Session, collection_call
 from memcore_chroma.connection import Connection
 from memcore_chroma.encoding import (
     CREATED_AT_KEY,
+    EXPIRES_AT_KEY,
     RECORD_ID_KEY,
     VECTOR_KEY,
     Where,
@@ -72,7 +77,9 @@ from memcore_chroma.encoding import (
     decode_found,
     encode,
     entry_id,
+    exact_entries,
     flat_metadata,
+    is_live,
     live_clauses,
     placeholder_vectors,
     scope_clauses,
@@ -88,20 +95,25 @@ from memcore_chroma.opening import (
     META_FORMAT,
     META_INDEX_DIMENSION,
     META_SCOPE_KEYS,
+    META_STAND_INS,
     REBUILD_SUFFIX,
     Meta,
     backfill_scope_keys,
     checked_metadata,
     ef_search_of,
+    holds_stand_ins,
     int_value,
     migrate,
     open_collection,
     settled,
 )
-from memcore_chroma.reads import chunks
+from memcore_chroma.reads import Keep, chunks
 from memcore_chroma.rebuild import PAGE_SIZE
 
 T = TypeVar("T")
+
+LARGE_SELECTIONS_KEPT = 4_096
+"""How many large searches' ``where`` documents a store remembers (then it forgets them all)."""
 
 FULL_DISK_MARGIN = 64 * 2**20
 """Free bytes under which a failed embedded write is taken for a full disk (Chroma's error does not say)."""
@@ -133,6 +145,10 @@ class ChromaStoreBase(BaseStore):
         self._connection = chroma
         self._name = collection
         self._meta: Meta = {}
+        self._large_selections: set[str] = set()
+        """The ``where`` documents of searches that selected more than
+        :data:`~memcore_chroma.reads.SMALL_SELECTION` entries: they go straight to Chroma's HNSW
+        search (a scope that shrank since is only searched more slowly)."""
         try:
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
                 with chroma.reading():
@@ -148,6 +164,8 @@ class ChromaStoreBase(BaseStore):
                     if meta[META_FORMAT] != FORMAT:
                         migrate(self._collection, meta[META_FORMAT])
                         meta[META_FORMAT] = FORMAT
+                    if not isinstance(meta.get(META_STAND_INS), bool):
+                        meta[META_STAND_INS] = holds_stand_ins(self._collection)
                 if meta != self._meta:
                     self._write_meta(meta)
                 if ef_search is not None and ef_search_of(self._collection) != ef_search:
@@ -258,24 +276,30 @@ class ChromaStoreBase(BaseStore):
 
     # -- plumbing --------------------------------------------------------------
 
-    def _where(self, scope: Scope, compiled: CompiledFilter, *extra: Where) -> Where | None:
-        """The ``where`` of a read: ``scope``, ``compiled``, the implicit read condition
-        (:meth:`_live_where`) and ``extra``."""
-        return self._deleting_where(scope, compiled, *self._live_where(), *extra)
-
     @staticmethod
-    def _deleting_where(scope: Scope, compiled: CompiledFilter, *extra: Where) -> Where | None:
-        """The ``where`` of a delete: ``scope``, ``compiled`` and ``extra``, expired records included."""
+    def _selecting(scope: Scope, compiled: CompiledFilter, *extra: Where) -> Where | None:
+        """The ``where`` of ``scope``, ``compiled`` and ``extra``, expired records included: what
+        deletes send, and reads that decode what they read (they check :meth:`_alive` instead)."""
         clauses = scope_clauses(scope)
         if compiled.where is not None:
             clauses.append(compiled.where)
         return all_of([*clauses, *extra])
 
     def _live_where(self) -> list[Where]:
-        """The implicit read condition, ``expires_at > now``, as ``where`` clauses: a separate
-        clause, so that it reaches Chroma even when a filter too large for a ``where`` is
-        evaluated here instead (:func:`~memcore_chroma.filters.compile_filter`)."""
+        """The implicit read condition, ``expires_at > now``, as ``where`` clauses, for the reads
+        that decode nothing (counts, ``scopes()``); it matches nearly every entry, so Chroma scans
+        the collection for it, which reads that decode records avoid by checking :meth:`_alive`."""
         return live_clauses(self._live_micros())
+
+    def _alive(self) -> Keep:
+        """The implicit read condition as a check of a decoded record, ``now`` taken once."""
+        now = self._live_micros()
+        return lambda record: is_live(record, now)
+
+    def _keeping(self, node: Filter | None, *checks: Keep) -> Keep:
+        """The check of a record read by id: live, matching ``node`` and every one of ``checks``."""
+        alive = self._alive()
+        return lambda record: alive(record) and evaluate(node, record) and all(c(record) for c in checks)
 
     def _run(self, session: Session[T]) -> T:
         """Run a read's session (:mod:`memcore_chroma.calls`) through the sync client."""
@@ -292,7 +316,7 @@ class ChromaStoreBase(BaseStore):
         compiled = compile_filter(node)
         if compiled.nothing:
             return [], None
-        where = self._where(scope, compiled) if live else self._deleting_where(scope, compiled)
+        where = self._selecting(scope, compiled, *(self._live_where() if live else []))
         if compiled.exact:
             found = yield from collection_call("finding records", "get", where=where, include=[])
             return found["ids"], where
@@ -379,11 +403,12 @@ class ChromaStoreBase(BaseStore):
 
     def _stand_ins(self, meta: Meta, count: int) -> tuple[np.ndarray, Meta]:
         """Stand-in vectors in the size the index holds (the dimension, if known, before any)."""
+        flag: Meta = {} if meta.get(META_STAND_INS) is True else {META_STAND_INS: True}
         indexed = int_value(meta, META_INDEX_DIMENSION)
         if indexed is not None:
-            return placeholder_vectors(count, indexed), {}
+            return placeholder_vectors(count, indexed), flag
         size = int_value(meta, META_DIMENSION) or 1
-        return placeholder_vectors(count, size), {META_INDEX_DIMENSION: size}
+        return placeholder_vectors(count, size), {**flag, META_INDEX_DIMENSION: size}
 
     def _prepare_dimension(self, meta: Meta, dimension: int) -> Meta:
         """Check the first vectors' dimension; resize the stand-in vectors written before them.
@@ -467,6 +492,12 @@ class ChromaStoreBase(BaseStore):
 
     def _delete_session(self, scope: Scope, ids: list[UUID]) -> Session[int]:
         entries: list[str] = []
+        if scope.is_exact:
+            # An exact scope names its entries: found by id, deleted by id (a where would scan).
+            for chunk in chunks(exact_entries(scope, ids), PAGE_SIZE):
+                found = yield from collection_call("finding records", "get", ids=list(chunk), include=[])
+                entries += found["ids"]
+            return (yield from self._deletion(entries, None))
         for where in self._of_ids(scope, ids, []):
             entries += (yield from collection_call("finding records", "get", where=where, include=[]))["ids"]
         return (yield from self._deletion(entries, all_of(scope_clauses(scope))))
@@ -503,15 +534,11 @@ class ChromaStoreBase(BaseStore):
         bringing the record back. Another client's write that lands there is overwritten: Chroma
         has no conditional write (see the README).
         """
-        where = all_of([*scope_clauses(old.scope.exact()), {RECORD_ID_KEY: str(old.id)}, *self._live_where()])
+        # By id alone: the entry's id is the record's exact scope and id.
         existing = yield from collection_call(
-            "reading the record to update",
-            "get",
-            ids=[entry_id(old)],
-            where=where,
-            include=["documents", "metadatas"],
+            "reading the record to update", "get", ids=[entry_id(old)], include=["documents", "metadatas"]
         )
-        if decode_found(existing) != [old]:
+        if decode_found(existing) != [old] or not self._alive()(old):
             return False, {}
         return True, (yield from self._write_session("update", [new], vector, meta, existing))
 
@@ -548,25 +575,37 @@ class ChromaStoreBase(BaseStore):
         return self._run(self._get_session(scope, ids))
 
     def _get_session(self, scope: Scope, ids: list[UUID]) -> Session[list[MemoryRecord]]:
+        alive = self._alive()
         found: list[MemoryRecord] = []
-        for where in self._of_ids(scope, ids, self._live_where()):
-            found += yield from reads.candidates(where)
-        return found
+        if scope.is_exact:
+            for chunk in chunks(exact_entries(scope, ids), PAGE_SIZE):
+                found += yield from reads.by_ids(chunk)
+        else:
+            for where in self._of_ids(scope, ids, []):
+                found += yield from reads.candidates(where)
+        return [record for record in found if alive(record)]
 
     def _vectors(self, scope: Scope, ids: list[UUID]) -> list[tuple[UUID, Matrix]]:
         return self._run(self._vectors_session(scope, ids))
 
     def _vectors_session(self, scope: Scope, ids: list[UUID]) -> Session[list[tuple[UUID, Matrix]]]:
+        now = self._live_micros()
+        selections: Iterator[dict[str, Any]] = (
+            ({"ids": list(chunk)} for chunk in chunks(exact_entries(scope, ids), PAGE_SIZE))
+            if scope.is_exact
+            else ({"where": where} for where in self._of_ids(scope, ids, []))
+        )
         found: list[tuple[UUID, Matrix]] = []
-        for where in self._of_ids(scope, ids, self._live_where()):
+        for selection in selections:
             page = yield from reads.asked_again_if_an_entry_vanished(
-                "reading vectors", "get", where=where, include=["embeddings", "metadatas"]
+                "reading vectors", "get", include=["embeddings", "metadatas"], **selection
             )
             embeddings = page["embeddings"] if page["embeddings"] is not None else []
             found += [
                 (UUID(str(meta[RECORD_ID_KEY])), np.asarray(vector, dtype=np.float32))
                 for vector, meta in zip(embeddings, page["metadatas"] or [], strict=True)
-                if meta.get(VECTOR_KEY) is True  # records without a vector hold a stand-in
+                # records without a vector hold a stand-in; the expiry as the live clause reads it
+                if meta.get(VECTOR_KEY) is True and (now is None or int(meta.get(EXPIRES_AT_KEY, 0)) > now)
             ]
         return found
 
@@ -588,12 +627,20 @@ class ChromaStoreBase(BaseStore):
         if compiled.nothing:
             return []
         bounds: list[Where] = []
-        if query.after is not None:
-            bounds.append({CREATED_AT_KEY: {"$gt": epoch_micros(query.after)}})
-        if query.before is not None:
-            bounds.append({CREATED_AT_KEY: {"$lt": epoch_micros(query.before)}})
-        where = self._where(scope, compiled, *bounds)
-        return (yield from reads.ordered(where, query.filter, compiled, query.order == "desc", query.limit))
+        after = None if query.after is None else epoch_micros(query.after)
+        before = None if query.before is None else epoch_micros(query.before)
+        if after is not None:
+            bounds.append({CREATED_AT_KEY: {"$gt": after}})
+        if before is not None:
+            bounds.append({CREATED_AT_KEY: {"$lt": before}})
+
+        def in_time(record: MemoryRecord) -> bool:
+            created = epoch_micros(record.created_at)
+            return (after is None or created > after) and (before is None or created < before)
+
+        where = self._selecting(scope, compiled, *bounds)
+        keep = self._keeping(query.filter, in_time)
+        return (yield from reads.ordered(where, keep, compiled.exact, query.order == "desc", query.limit))
 
     def _search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
         if request.vector is not None and not self._indexes_vectors_of(request.vector.shape[1]):
@@ -607,16 +654,33 @@ class ChromaStoreBase(BaseStore):
         if compiled.nothing:
             return []
 
+        alive = self._alive()
+
         def wanted(record: MemoryRecord) -> bool:
-            return compiled.admits(node, record) and (
-                text is None or text_matches(text, record.message.content)
+            return (
+                alive(record)
+                and compiled.admits(node, record)
+                and (text is None or text_matches(text, record.message.content))
             )
 
         if query is None:
-            records = [r for r in (yield from reads.candidates(self._where(scope, compiled))) if wanted(r)]
+            found = yield from reads.candidates(self._selecting(scope, compiled))
+            records = [r for r in found if wanted(r)]
             records.sort(key=order_key, reverse=True)
             return [ScoredRecord.of(r, 1.0) for r in records[:limit]]
-        where = self._where(scope, compiled, {VECTOR_KEY: True})
+        # Stand-ins are also skipped hit by hit; the clause only spares ranking them.
+        stand_ins = [{VECTOR_KEY: True}] if self._meta.get(META_STAND_INS) is not False else []
+        where = self._selecting(scope, compiled, *stand_ins)
+        selection = json.dumps(where, sort_keys=True)
+        if selection not in self._large_selections:
+            hits = yield from reads.small_selection_search(
+                where, query, lambda record: wanted(record) and evaluate(node, record), limit
+            )
+            if hits is not None:
+                return hits
+            if len(self._large_selections) >= LARGE_SELECTIONS_KEPT:
+                self._large_selections.clear()
+            self._large_selections.add(selection)
         return (yield from reads.vector_search(where, query, wanted, limit, compiled.exact and text is None))
 
     def _indexes_vectors_of(self, dimension: int) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memcore_chroma import ChromaStore
+from memcore_chroma import ChromaStore, reads
 from memcore_chroma.reads import LISTING_SAMPLE
 
 from memcore.records import MemoryRecord, Message
@@ -74,9 +74,13 @@ def test_limited_reads_match_a_full_sort(
         return call(self, action, operation)
 
     monkeypatch.setattr(ChromaStore, "_call", recorded)
-    for limit in (1, 10, 20, 149):
-        got = store.list(MINE, order=order, limit=limit)  # type: ignore[arg-type]
-        assert got == _expected(mine, order == "desc", limit)
+    # The time bound read alone (ids of every scope, intersected with the scope's), and with the
+    # scope's where once other scopes wrote more than BOUND_READ windows' worth since.
+    for bound_read in (1, 1_000):
+        monkeypatch.setattr(reads, "BOUND_READ", bound_read)
+        for limit in (1, 10, 20, 149):
+            got = store.list(MINE, order=order, limit=limit)  # type: ignore[arg-type]
+            assert got == _expected(mine, order == "desc", limit)
     assert "sampling times" in actions, "the bounded read was not used"
     assert "listing records" not in actions, "the bounded read fell back to sorting every match"
     by_role = store.list(MINE, filter={"role": "assistant"}, order=order, limit=10)  # type: ignore[arg-type]
