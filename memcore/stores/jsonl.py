@@ -412,8 +412,8 @@ class JsonlStore(BaseStore):
                     for i, row in enumerate(rows)
                 ]
                 self._append(scope, lines, written)
-                replaced = sum(1 for row in rows if self._index.contains(records[row]))
-                self._index.upsert([records[row] for row in rows], vector_rows)
+                added = self._index.upsert([records[row] for row in rows], vector_rows)
+                replaced = len(rows) - added
                 self._logs[scope.as_tuple()].dead_lines += replaced
                 written.append(scope)
             for scope in written:

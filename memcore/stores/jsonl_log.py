@@ -59,10 +59,9 @@ class LogReadResult:
     ends_with_newline: bool
 
 
-def _seal(body: str) -> bytes:
+def _seal(body: bytes) -> bytes:
     """Append the CRC of ``body`` (a JSON object without its closing brace) and a newline."""
-    raw = body.encode()
-    return raw + b',"crc":"%08x"}\n' % zlib.crc32(raw)
+    return body + b',"crc":"%08x"}\n' % zlib.crc32(body)
 
 
 def encode_put(seq: int, batch: str, n: int, record: MemoryRecord, vector: Matrix | None) -> bytes:
@@ -75,19 +74,15 @@ def encode_put_json(seq: int, batch: str, n: int, record_json: bytes, vector: Ma
     encoded = b"null"
     if vector is not None:
         encoded = b'"' + base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()) + b'"'
-    body = b'{"op":"put","seq":%d,"batch":"%s","n":%d,"vector":%s,"record":%s' % (
-        seq,
-        batch.encode(),
-        n,
-        encoded,
-        record_json,
+    return _seal(
+        b'{"op":"put","seq":%d,"batch":"%s","n":%d,"vector":%s,"record":%s'
+        % (seq, batch.encode(), n, encoded, record_json)
     )
-    return body + b',"crc":"%08x"}\n' % zlib.crc32(body)
 
 
 def encode_delete(seq: int, batch: str, n: int, record_id: UUID) -> bytes:
     """The tombstone line that deletes ``record_id``."""
-    return _seal(f'{{"op":"del","seq":{seq},"batch":"{batch}","n":{n},"id":"{record_id}"')
+    return _seal(f'{{"op":"del","seq":{seq},"batch":"{batch}","n":{n},"id":"{record_id}"'.encode())
 
 
 def _decode(line: bytes) -> tuple[str, int, Operation] | None:

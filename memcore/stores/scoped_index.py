@@ -79,12 +79,12 @@ class ScopedIndex:
     def __len__(self) -> int:
         return self._size
 
-    def contains(self, record: MemoryRecord) -> bool:
-        """Whether a record with the scope and id of ``record`` is stored."""
-        partition = self._partitions.get(_owner_key(record.scope))
-        return partition is not None and (
-            partition.row_of(session_code(record.scope.session_id), record.id.int) is not None
-        )
+    def _take_dimension(self, dimension: int) -> None:
+        """Fix the index's vector dimension with its first vectors (a no-op once fixed)."""
+        if self.dimension is None:
+            self.dimension = dimension
+            for partition in self._partitions.values():
+                partition.set_dimension(dimension)
 
     def _owners_of(self, record_id: int) -> list[OwnerKey]:
         found = self._holders.get(record_id)
@@ -121,16 +121,15 @@ class ScopedIndex:
         records: list[MemoryRecord],
         vectors: Matrix | None,
         has_vector: npt.NDArray[np.bool_] | None = None,
-    ) -> None:
-        """Insert or replace records; call :meth:`check_upsert` first.
+    ) -> int:
+        """Insert or replace records; how many were new. Call :meth:`check_upsert` first.
 
         :param vectors: unit vectors, one row per record, or ``None`` for none.
         :param has_vector: which rows of ``vectors`` are real (all when omitted).
         """
-        if vectors is not None and self.dimension is None:
-            self.dimension = vectors.shape[1]
-            for partition in self._partitions.values():
-                partition.set_dimension(self.dimension)
+        if vectors is not None:
+            self._take_dimension(vectors.shape[1])
+        added = 0
         for row, record in enumerate(records):
             key = _owner_key(record.scope)
             partition = self._partitions.get(key) or self._new_partition(key)
@@ -139,7 +138,9 @@ class ScopedIndex:
                 vector = vectors[row]
             if partition.put(record, vector):
                 self._hold(record.id.int, partition.owner)
-                self._size += 1
+                added += 1
+        self._size += added
+        return added
 
     def _new_partition(self, key: OwnerKey, *, keywords: bool = True) -> Partition:
         partition = Partition(self.dimension or 1, key, self._cache, keywords=keywords)
@@ -446,17 +447,6 @@ class ScopedIndex:
             if partition.size == 0:
                 self._drop_partition(key)
 
-    def scope_entries(self, scope: Scope) -> list[tuple[MemoryRecord, Matrix | None]]:
-        """The records whose scope is exactly ``scope``, each with its unit vector or ``None``."""
-        partition = self._partitions.get(_owner_key(scope))
-        if partition is None:
-            return []
-        rows = np.flatnonzero(partition.exact_session_mask(scope.session_id)).tolist()
-        return [
-            (partition.record(row), partition.vectors.row(row) if partition.has_vector[row] else None)
-            for row in rows
-        ]
-
     def scope_rows(self, scope: Scope) -> Rows:
         """The records whose scope is exactly ``scope``, in columns (expired ones too)."""
         partition = self._partitions.get(_owner_key(scope))
@@ -475,10 +465,7 @@ class ScopedIndex:
             return
         if rows.vectors is not None:
             check_same_dimension(self.dimension, rows.vectors.shape[1])
-            if self.dimension is None:
-                self.dimension = rows.vectors.shape[1]
-                for partition in self._partitions.values():
-                    partition.set_dimension(self.dimension)
+            self._take_dimension(rows.vectors.shape[1])
         key = _owner_key(scope)
         found = self._partitions.get(key)
         if found is None:
