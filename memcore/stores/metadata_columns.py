@@ -13,6 +13,7 @@ caller evaluates those records one by one instead.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,14 @@ _RANGES: dict[str, Callable[[Any, Any], Any]] = {
     "$lt": np.less,
     "$lte": np.less_equal,
 }
+
+_BOUND_TESTS: dict[str, Callable[[float, float], bool]] = {
+    "$gt": operator.gt,
+    "$gte": operator.ge,
+    "$lt": operator.lt,
+    "$lte": operator.le,
+}
+"""The range operators on one number: a bound is tested without a numpy call."""
 
 Mask = npt.NDArray[np.bool_]
 
@@ -124,6 +133,22 @@ class MetadataColumn:
             return np.zeros(size, dtype=bool)  # both bounds fail, so every number between does
         ranged: Mask = (types == NUMBER) & compare(self.numbers[:size], value)
         return ranged
+
+    def may_match(self, op: str, value: object) -> bool:
+        """Whether ``op value`` can match a row, answered from the bounds and string codes alone
+        (no array is read): ``False`` only when no row matches, so a search skips the partition."""
+        test = _BOUND_TESTS.get(op)
+        if test is not None:
+            if not is_number(value):
+                return False
+            if self.inexact or _inexact(value):
+                return True
+            bound = float(value)  # type: ignore[arg-type]
+            return test(self.highest, bound) or test(self.lowest, bound)
+        if op in ("$eq", "$in") and not self.lists:
+            values = value if isinstance(value, tuple) else (value,)
+            return not all(isinstance(v, str) and v not in self.string_codes for v in values)
+        return True
 
     def _any_equal(self, values: tuple[object, ...], size: int) -> Mask | None:
         types = self.types[:size]

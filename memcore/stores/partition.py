@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.errors import StoreCorruptedError
-from memcore.filters import COLUMN_FIELDS, METADATA_PREFIX, MISSING, And, Comparison, Filter, Not
+from memcore.filters import COLUMN_FIELDS, METADATA_PREFIX, MISSING, And, Comparison, Filter, Not, Or
 from memcore.queries import Order
 from memcore.records import NEVER_EXPIRES, MemoryRecord, epoch_micros
 from memcore.scope import Scope
@@ -573,6 +573,19 @@ class Partition:
             return None
         combine = np.logical_and if isinstance(node, And) else np.logical_or
         return combine.reduce([m for m in masks if m is not None])  # type: ignore[no-any-return]
+
+    def may_match(self, node: Filter | None) -> bool:
+        """Whether some row may match ``node``: ``False`` only when metadata bounds or string
+        codes rule every row out, so a read skips this partition without building a mask."""
+        if isinstance(node, Comparison):
+            if not node.field.startswith(METADATA_PREFIX):
+                return True
+            return self._metadata_column(node.field[len(METADATA_PREFIX) :]).may_match(node.op, node.value)
+        if isinstance(node, And):
+            return all(self.may_match(clause) for clause in node.clauses)
+        if isinstance(node, Or):
+            return any(self.may_match(clause) for clause in node.clauses)
+        return True  # no filter, or a negation: its clause ruling rows out rules them in
 
     def _time_column(self, field: str) -> npt.NDArray[np.int64] | None:
         """The microsecond column of a time field (``created_at``, ``expires_at``), if it has one."""

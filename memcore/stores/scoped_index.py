@@ -159,18 +159,19 @@ class ScopedIndex:
                 if not keys:
                     del self._by_field[index][value]
 
-    def select(self, scope: Scope, now: int | None) -> Selection:
+    def select(self, scope: Scope, now: int | None, node: Filter | None = None) -> Selection:
         """The partitions visible through ``scope``, each with the mask of its rows in the scope
-        and not expired at ``now`` (epoch microseconds; ``None``: expired rows too)."""
+        and not expired at ``now`` (epoch microseconds; ``None``: expired rows too); without
+        those where no row can match ``node`` (:meth:`Partition.may_match`)."""
         if scope.is_everything:
             return [
                 (partition, mask)
                 for partition in self._partitions.values()
-                if (mask := partition.live_mask(now)) is None or mask.any()
+                if partition.may_match(node) and ((mask := partition.live_mask(now)) is None or mask.any())
             ]
         if scope.is_exact:
             exact = self._partitions.get(_owner_key(scope))
-            if exact is None:
+            if exact is None or not exact.may_match(node):
                 return []
             rows = exact.exact_session_mask(scope.session_id)
             live = exact.live_mask(now)
@@ -188,8 +189,10 @@ class ScopedIndex:
                 return []
         owners = list(self._partitions) if candidates is None else candidates
         selection = []
-        for key in sorted(owners, key=lambda k: tuple(v or "" for v in k)):
+        for key in sorted(owners, key=_listing_order):
             partition = self._partitions[key]
+            if not partition.may_match(node):
+                continue
             mask = partition.session_mask(scope)
             live = partition.live_mask(now)
             if live is not None:
@@ -250,7 +253,7 @@ class ScopedIndex:
         node, order, limit = query.filter, query.order, query.limit
         after_us = None if query.after is None else epoch_micros(query.after)
         before_us = None if query.before is None else epoch_micros(query.before)
-        selection = self.select(scope, now)
+        selection = self.select(scope, now, node)
         masks, exact = self._row_masks(selection, node)
         if len(selection) == 1:
             partition, mask = selection[0][0], masks[0]
@@ -302,7 +305,7 @@ class ScopedIndex:
             return [ScoredRecord.of(r, 1.0) for r in itertools.islice(matching, limit)]
         if self.dimension is None:  # bound to an embedder, but no vector written yet
             return []
-        selection = [(p, m) for p, m in self.select(scope, now) if p.size]
+        selection = [(p, m) for p, m in self.select(scope, now, node) if p.size]
         if not selection:
             return []
         parts = [partition for partition, _ in selection]
@@ -352,7 +355,7 @@ class ScopedIndex:
         more than role and kind, which only that scan can evaluate.
         """
         keywords, node, limit = query.keywords, query.filter, query.limit
-        selection = self.select(scope, now)
+        selection = self.select(scope, now, node)
         masks, exact = self._row_masks(selection, node)
         if not exact:
             return None
@@ -407,7 +410,7 @@ class ScopedIndex:
         self, scope: Scope, node: Filter | None, now: int | None
     ) -> Iterator[tuple[Partition, int]]:
         """The partition and row of each record visible through ``scope`` that matches ``node``."""
-        selection = self.select(scope, now)
+        selection = self.select(scope, now, node)
         masks, exact = self._row_masks(selection, node)
         for (partition, _), mask in zip(selection, masks, strict=True):
             rows = range(partition.size) if mask is None else np.flatnonzero(mask).tolist()
@@ -416,7 +419,7 @@ class ScopedIndex:
                     yield partition, row
 
     def count(self, scope: Scope, node: Filter | None, now: int | None) -> int:
-        selection = self.select(scope, now)
+        selection = self.select(scope, now, node)
         masks, exact = self._row_masks(selection, node)
         if exact:
             return sum(
@@ -495,6 +498,11 @@ class ScopedIndex:
         """How many records have exactly ``scope``."""
         partition = self._partitions.get(_owner_key(scope))
         return 0 if partition is None else int(partition.exact_session_mask(scope.session_id).sum())
+
+
+def _listing_order(key: OwnerKey) -> tuple[str, str, str]:
+    """Partitions are read in the order of their owners' fields, unset ones first."""
+    return (key[0] or "", key[1] or "", key[2] or "")
 
 
 def _owner_key(scope: Scope) -> OwnerKey:

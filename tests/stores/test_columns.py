@@ -34,7 +34,7 @@ values = st.one_of(
 operands = st.one_of(
     st.sampled_from(["x", "y", "1", ""]), st.booleans(), st.sampled_from([0, 1, 1.0, 0.5, -1, BIG, 2**53])
 )
-filters = st.one_of(
+comparisons = st.one_of(
     st.builds(lambda op, v: {"metadata.k": {op: v}}, st.sampled_from(["$eq", "$ne"]), operands),
     st.builds(
         lambda op, vs: {"metadata.k": {op: vs}},
@@ -48,6 +48,13 @@ filters = st.one_of(
     ),
     st.builds(lambda v: {"metadata.k": {"$exists": v}}, st.booleans()),
     st.builds(lambda v: {"metadata.k": {"$contains": v}}, st.sampled_from(["x", "z"])),
+)
+# Compound filters too: a partition is skipped when its bounds rule a whole conjunction out.
+filters = st.one_of(
+    comparisons,
+    st.builds(lambda a, b: {"$and": [a, b]}, comparisons, comparisons),
+    st.builds(lambda a, b: {"$or": [a, b]}, comparisons, comparisons),
+    st.builds(lambda a: {"$not": a}, comparisons),
 )
 
 
@@ -72,6 +79,27 @@ def test_metadata_masks_match_the_reference_evaluator(
     expected = {r.id for r in kept if evaluate(node, r)}
     assert {r.id for r in index.ordered(SCOPE, ListQuery(node, "asc"), None)} == expected
     assert index.count(SCOPE, node, None) == len(expected)
+
+
+def test_a_partition_no_row_can_match_is_skipped_without_reading_its_rows() -> None:
+    index = ScopedIndex()
+    owners = [Scope(tenant="t", user_id=f"u{n}") for n in range(3)]
+    message = Message(role="user", content="m")
+    index.upsert(
+        [
+            MemoryRecord(scope=o, message=message, metadata={"k": n, "s": f"v{n}"})
+            for n, o in enumerate(owners)
+        ],
+        None,
+    )
+
+    def selected(spec: dict[str, object]) -> list[Scope]:
+        return [p.scope_of(0) for p, _ in index.select(Scope(tenant="t"), None, parse_filter(spec))]
+
+    assert selected({"metadata.k": {"$gte": 2}}) == [owners[2]]
+    assert selected({"metadata.s": "v1"}) == [owners[1]]
+    assert selected({"metadata.k": {"$lt": 0}}) == []
+    assert selected({"$not": {"metadata.k": {"$lt": 0}}}) == owners
 
 
 def test_a_column_declines_numbers_float64_cannot_hold_and_answers_the_rest() -> None:
