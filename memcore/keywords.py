@@ -68,7 +68,9 @@ def _terms(text: str) -> tuple[str, ...]:
     found = []
     for word in _WORD.findall(text.casefold()):
         word = word.split("'", 1)[0]  # caroline's -> caroline, don't -> don
-        if word not in STOP_WORDS:
+        if word.isdigit() and word.isascii():
+            found.append(word)  # a number stems to itself: ids and dates would only fill _stem's memo
+        elif word not in STOP_WORDS:
             found.append(_stem(word))
     return tuple(found)
 

@@ -15,7 +15,7 @@ Not thread-safe by itself: stores wrap every call in their own lock.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from uuid import UUID
 
@@ -66,10 +66,9 @@ class ScopedIndex:
 
     def __init__(self, dimension: int | None = None) -> None:
         self.dimension = dimension
+        # No index-wide map of ids: a read by id looks the id up in the partitions of its scope
+        # (one for an exact or owner scope), where such a map cost ~50 bytes a record.
         self._partitions: dict[OwnerKey, Partition] = {}
-        # The owners holding a record of each id (almost always one), for reads by id: the
-        # partition's own key, or a list of keys for an id several owners have.
-        self._holders: dict[int, OwnerKey | list[OwnerKey]] = {}
         self._size = 0
         self._cache = RecordCache()
         self._unindexed: list[OwnerKey] = []
@@ -85,31 +84,6 @@ class ScopedIndex:
             self.dimension = dimension
             for partition in self._partitions.values():
                 partition.set_dimension(dimension)
-
-    def _owners_of(self, record_id: int) -> list[OwnerKey]:
-        found = self._holders.get(record_id)
-        if found is None:
-            return []
-        return found if isinstance(found, list) else [found]
-
-    def _hold(self, record_id: int, key: OwnerKey) -> None:
-        found = self._holders.get(record_id)
-        if found is None:
-            self._holders[record_id] = key
-        elif isinstance(found, list):
-            if key not in found:
-                found.append(key)
-        elif found != key:
-            self._holders[record_id] = [found, key]
-
-    def _release(self, record_id: int, key: OwnerKey) -> None:
-        found = self._holders[record_id]
-        if not isinstance(found, list):
-            del self._holders[record_id]
-            return
-        found.remove(key)
-        if len(found) == 1:
-            self._holders[record_id] = found[0]
 
     def check_upsert(self, vectors: Matrix | None) -> None:
         """Refuse a batch whose vectors would change the dimension."""
@@ -137,7 +111,6 @@ class ScopedIndex:
             if vectors is not None and (has_vector is None or has_vector[row]):
                 vector = vectors[row]
             if partition.put(record, vector):
-                self._hold(record.id.int, partition.owner)
                 added += 1
         self._size += added
         return added
@@ -178,19 +151,8 @@ class ScopedIndex:
             if live is not None:
                 rows &= live
             return [(exact, rows)] if rows.any() else []
-        candidates: set[OwnerKey] | None = None
-        for index, name in enumerate(SCOPE_FIELDS[:3]):
-            value = getattr(scope, name)
-            if value is None:
-                continue
-            keys = self._by_field[index].get(value, set())
-            candidates = set(keys) if candidates is None else candidates & keys
-            if not candidates:
-                return []
-        owners = list(self._partitions) if candidates is None else candidates
         selection = []
-        for key in sorted(owners, key=_listing_order):
-            partition = self._partitions[key]
+        for partition in self._owned_within(scope):
             if not partition.may_match(node):
                 continue
             mask = partition.session_mask(scope)
@@ -201,12 +163,33 @@ class ScopedIndex:
                 selection.append((partition, mask))
         return selection
 
+    def _owned_within(self, scope: Scope) -> list[Partition]:
+        """The partitions of the owners ``scope`` covers, whole or in part (a scope naming a
+        session sees part of its owner's), in listing order."""
+        if scope.is_everything:
+            owners: Iterable[OwnerKey] = self._partitions
+        elif scope.is_exact:
+            exact = self._partitions.get(_owner_key(scope))
+            return [] if exact is None else [exact]
+        else:
+            candidates: set[OwnerKey] | None = None
+            for index, name in enumerate(SCOPE_FIELDS[:3]):
+                value = getattr(scope, name)
+                if value is None:
+                    continue
+                keys = self._by_field[index].get(value, set())
+                candidates = set(keys) if candidates is None else candidates & keys
+                if not candidates:
+                    return []
+            owners = self._partitions if candidates is None else candidates
+        return [self._partitions[key] for key in sorted(owners, key=_listing_order)]
+
     def _rows(self, scope: Scope, ids: list[UUID], now: int | None) -> Iterator[tuple[Partition, int]]:
         """The partition and row of every record of ``ids`` visible through ``scope`` and live at ``now``."""
+        partitions = self._owned_within(scope)
         for record_id in ids:
             key = record_id.int
-            for owner in self._owners_of(key):
-                partition = self._partitions[owner]
+            for partition in partitions:
                 for row in partition.rows_of(key):
                     if scope.matches(partition.scope_of(row)) and partition.is_live(row, now):
                         yield partition, row
@@ -445,8 +428,6 @@ class ScopedIndex:
                 continue
             partition.remove(session, number)
             self._size -= 1
-            if not partition.rows_of(number):
-                self._release(number, partition.owner)
             if partition.size == 0:
                 self._drop_partition(key)
 
@@ -479,8 +460,6 @@ class ScopedIndex:
         finally:
             if partition.size == 0:
                 self._drop_partition(key)
-        for number in loaded:
-            self._hold(number, partition.owner)
         self._size += len(loaded)
 
     def build_keyword_index(self, partitions: int) -> bool:
