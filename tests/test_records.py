@@ -172,6 +172,20 @@ def test_every_scope_names_a_tenant_and_the_default_tenant_stands_in_for_none() 
     assert stored.scope.tenant is None, "records stored before the rule still read back"
 
 
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the unhashable value, dumped
+def test_a_checked_scope_is_remembered_by_its_values_and_never_lets_a_bad_one_through() -> None:
+    good = Scope(tenant="t", user_id="u")
+    assert check_scope(good) is check_scope(Scope(tenant="t", user_id="u"))  # validated once
+    assert check_scope(good.exact()).is_exact and not check_scope(good).is_exact
+    for _ in range(2):  # refused every time, not remembered
+        with pytest.raises(ScopeError):
+            check_scope(Scope.model_construct(tenant="t", user_id=".."))
+        with pytest.raises(ScopeError):
+            check_scope(good.model_copy(update={"user_id": "a/b"}))
+        with pytest.raises(ScopeError):
+            check_scope(Scope.model_construct(tenant="t", user_id=["unhashable"]))
+
+
 def test_an_exact_scope_matches_its_own_level_only_and_copies_keep_it() -> None:
     user = Scope(tenant="t", user_id="u")
     exact = user.exact()

@@ -168,9 +168,9 @@ class ScopedIndex:
         session sees part of its owner's), in listing order."""
         if scope.is_everything:
             owners: Iterable[OwnerKey] = self._partitions
-        elif scope.is_exact:
-            exact = self._partitions.get(_owner_key(scope))
-            return [] if exact is None else [exact]
+        elif scope.is_exact or (scope.user_id is not None and scope.agent_id is not None):
+            owner = self._partitions.get(_owner_key(scope))  # every owner field is fixed: one owner
+            return [] if owner is None else [owner]
         else:
             candidates: set[OwnerKey] | None = None
             for index, name in enumerate(SCOPE_FIELDS[:3]):
@@ -221,6 +221,8 @@ class ScopedIndex:
         selection: Selection, node: Filter | None
     ) -> tuple[list[npt.NDArray[np.bool_] | None], bool]:
         """Per partition, the rows in scope and (where computable) matching ``node``; and whether exact."""
+        if node is None:
+            return [in_scope for _, in_scope in selection], True
         masks: list[npt.NDArray[np.bool_] | None] = []
         exact = True
         for partition, in_scope in selection:
