@@ -9,7 +9,7 @@ PLUGINS := plugins/memcore-qdrant plugins/memcore-chroma plugins/memcore-pgvecto
 CAMEL_VENV := .venv-camel
 CAMEL_STAMP := $(CAMEL_VENV)/.memcore-installed
 
-.PHONY: demo test check lint types pytest pytest-camel clean
+.PHONY: demo test check lint types pytest pytest-lane pytest-chroma pytest-camel clean
 
 $(STAMP): pyproject.toml tests/plugin_example/pyproject.toml $(PLUGINS:%=%/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,10 +42,18 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy memcore $(foreach plugin,$(PLUGINS),$(wildcard $(plugin)/memcore_*))
 
-# Each plugin's tests run on their own (their conftest and rootdir are the plugin's).
-pytest: $(STAMP) pytest-camel
+# Each plugin's tests run on their own (their conftest and rootdir are the plugin's), in two lanes
+# side by side, one per core: Chroma's suite (its server busy for most of it) and all the others.
+# Each lane's output is printed whole when it ends.
+pytest: $(STAMP) $(CAMEL_STAMP)
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-lane pytest-chroma
+
+pytest-lane: $(STAMP) pytest-camel
 	$(BIN)/python -m pytest
-	$(foreach plugin,$(PLUGINS),$(BIN)/python -m pytest $(plugin)/tests &&) true
+	$(foreach plugin,$(filter-out plugins/memcore-chroma,$(PLUGINS)),$(BIN)/python -m pytest $(plugin)/tests &&) true
+
+pytest-chroma: $(STAMP)
+	$(BIN)/python -m pytest plugins/memcore-chroma/tests
 
 pytest-camel: $(CAMEL_STAMP)
 	$(CAMEL_VENV)/bin/python -m pytest -W ignore::pytest.PytestConfigWarning tests-camel  # no pytest-asyncio there
