@@ -104,3 +104,26 @@ def test_a_full_disk_refuses_writes_typed_and_loses_nothing(small_filesystem: Pa
         f"exit status {run.returncode} (-7 is SIGBUS)\n{run.stdout}\n{run.stderr[-3000:]}"
     )
     assert "refused: refused to add records" in run.stdout
+
+
+def test_the_holes_are_walked_less_often_while_free_space_is_roomy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcore_qdrant import disk
+
+    walks: list[int] = []
+    walk = disk.unbacked_bytes
+    monkeypatch.setattr(disk, "unbacked_bytes", lambda root: walks.append(1) or walk(root))
+    watermark = disk.Watermark(tmp_path)
+    required = disk.MARGIN_BYTES + disk.BATCH_FACTOR * 1_000
+    assert disk.free_bytes(tmp_path) >= disk.ROOMY * required, "the test needs a roomy filesystem"
+    for _ in range(2 * disk.ROOMY_REMEASURE_EVERY):
+        watermark.check("add", 1_000)
+    assert len(walks) == 2  # the first write, then once per ROOMY_REMEASURE_EVERY
+
+    walks.clear()
+    tight = disk.Watermark(tmp_path)
+    tight_adds = disk.free_bytes(tmp_path) // (disk.BATCH_FACTOR * disk.ROOMY)  # free is < ROOMY x required
+    for _ in range(2 * disk.REMEASURE_EVERY):
+        tight.check("add", tight_adds)
+    assert len(walks) == 2
