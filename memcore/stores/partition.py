@@ -539,11 +539,16 @@ class Partition:
 
     def rows_in_order(self, order: Order, after: int | None, before: int | None) -> npt.NDArray[np.intp]:
         """Row numbers sorted by (created_at, id), within the optional (exclusive) time bounds."""
-        rows = self._time_sorted_rows()
-        stamps = self.timestamps[rows]
+        n = self.size
+        # Rows stored in time order (the common case: records arrive as they are made) are their own
+        # order, so the bounds are found without gathering every timestamp.
+        stamps = self.timestamps[:n] if self.rows_in_time_order else self.timestamps[self._time_sorted_rows()]
         start = 0 if after is None else int(np.searchsorted(stamps, after, side="right"))
-        stop = len(rows) if before is None else int(np.searchsorted(stamps, before, side="left"))
-        rows = rows[start:stop]
+        stop = n if before is None else int(np.searchsorted(stamps, before, side="left"))
+        if self.rows_in_time_order:
+            rows = np.arange(start, stop, dtype=np.intp)
+        else:
+            rows = self._time_sorted_rows()[start:stop]
         return rows[::-1] if order == "desc" else rows
 
     def session_mask(self, scope: Scope) -> npt.NDArray[np.bool_] | None:

@@ -244,7 +244,7 @@ class ScopedIndex:
             partition, mask = selection[0][0], masks[0]
             rows = partition.rows_in_order(order, after_us, before_us)
             if mask is not None:
-                rows = rows[mask[rows]]
+                rows = _masked_head(rows, mask, limit if exact else None)
             candidates: Iterator[MemoryRecord] = (partition.record(row) for row in rows)
         else:
             candidates = self._merged_in_order(selection, masks, order, after_us, before_us)
@@ -479,6 +479,19 @@ class ScopedIndex:
         """How many records have exactly ``scope``."""
         partition = self._partitions.get(_owner_key(scope))
         return 0 if partition is None else int(partition.exact_session_mask(scope.session_id).sum())
+
+
+def _masked_head(
+    rows: npt.NDArray[np.intp], mask: npt.NDArray[np.bool_], wanted: int | None
+) -> npt.NDArray[np.intp]:
+    """The rows ``mask`` keeps, in order; when only the first ``wanted`` are needed, a dense mask
+    is tested on a short head of ``rows`` first (a neighbour read wants one row of thousands)."""
+    if wanted is not None:
+        head = rows[: 4 * wanted + 32]
+        kept = head[mask[head]]
+        if len(kept) >= wanted or len(head) == len(rows):
+            return kept
+    return rows[mask[rows]]
 
 
 def _listing_order(key: OwnerKey) -> tuple[str, str, str]:

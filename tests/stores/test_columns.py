@@ -211,3 +211,22 @@ def test_records_of_one_time_are_listed_by_their_whole_id() -> None:
     )
     listed = index.ordered(Scope(tenant="t"), ListQuery(None, "desc"), None)
     assert [r.id for r in listed] == sorted([*ids, first], reverse=True)
+
+
+def test_a_limited_list_of_a_sparse_session_reads_past_the_head_of_its_partition() -> None:
+    index = ScopedIndex()
+    busy, rare = SCOPE, SCOPE.model_copy(update={"session_id": "rare"})
+    records = [
+        MemoryRecord(scope=rare if n % 97 == 5 else busy, message=Message(role="user", content=f"m{n}"))
+        for n in range(300)
+    ]
+    index.upsert(records, None)
+    expected = [r.id for r in records if r.scope == rare]
+    for order, wanted in (("asc", expected), ("desc", expected[::-1])):
+        for limit in (1, 2, 3, 4):
+            query = ListQuery(None, order, limit)  # type: ignore[arg-type]
+            assert [r.id for r in index.ordered(rare, query, None)] == wanted[:limit]
+    assert [r.id for r in index.ordered(busy, ListQuery(None, "desc", 2), None)] == [
+        records[-1].id,
+        records[-2].id,
+    ]
