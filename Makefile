@@ -31,7 +31,8 @@ demo: $(STAMP)
 	$(BIN)/memcore demo
 
 ## test: lint, types and the whole test suite
-test: check pytest
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-chroma pytest-lane check
 
 check: lint types
 
@@ -43,10 +44,11 @@ types: $(STAMP)
 	$(BIN)/mypy memcore $(foreach plugin,$(PLUGINS),$(wildcard $(plugin)/memcore_*))
 
 # Each plugin's tests run on their own (their conftest and rootdir are the plugin's), in two lanes
-# side by side, one per core: Chroma's suite (its server busy for most of it) and all the others.
-# Each lane's output is printed whole when it ends.
-pytest: $(STAMP) $(CAMEL_STAMP)
-	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-lane pytest-chroma
+# side by side, one per core: Chroma's suite (its server busy for most of it) and all the others
+# (with the CAMEL venv's set-up; lint and types take the first core free). Each lane's output is
+# printed whole when it ends.
+pytest: $(STAMP)
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-chroma pytest-lane
 
 pytest-lane: $(STAMP) pytest-camel
 	$(BIN)/python -m pytest
