@@ -33,7 +33,7 @@ import pydantic
 from memcore.errors import InvalidInputError
 from memcore.filters import Filter
 from memcore.model_base import MemcoreModel
-from memcore.records import MemoryRecord, RecordKey, ScoredRecord
+from memcore.records import MemoryRecord, ScoredRecord
 from memcore.scope import Scope
 from memcore.store import Store
 from memcore.telemetry import internal_span
@@ -78,12 +78,21 @@ def resolved_mode(mode: RecallMode, store: Store) -> RecallMode:
     return store.capabilities.default_recall if mode == "auto" else mode
 
 
-def _rescaled(hits: Sequence[ScoredRecord], weight: float) -> dict[RecordKey, float]:
+_Identity = tuple[tuple[str | None, ...], int]
+"""A record's exact scope and id, the id as an int: :attr:`MemoryRecord.key` hashes a ``UUID``, in
+Python, and a recall hashes its candidates' keys about a thousand times."""
+
+
+def _identity(record: MemoryRecord) -> _Identity:
+    return (record.scope.as_tuple(), record.id.int)
+
+
+def _rescaled(hits: Sequence[ScoredRecord], weight: float) -> dict[_Identity, float]:
     if not hits:
         return {}
     high, low = max(h.score for h in hits), min(h.score for h in hits)
     span = high - low
-    return {h.record.key: weight * ((h.score - low) / span if span > 0 else 1.0) for h in hits}
+    return {_identity(h.record): weight * ((h.score - low) / span if span > 0 else 1.0) for h in hits}
 
 
 def hybrid_search(
@@ -131,17 +140,17 @@ def _fused(
     fused = _rescaled(dense, settings.dense_weight)
     for key, score in _rescaled(keyword, 1.0 - settings.dense_weight).items():
         fused[key] = fused.get(key, 0.0) + score
-    records = {h.record.key: h.record for h in [*dense, *keyword]}
+    records = {_identity(h.record): h.record for h in [*dense, *keyword]}
     best_of_session: dict[tuple[str | None, ...], float] = {}
     for (session, _), score in fused.items():
         best_of_session[session] = max(best_of_session.get(session, 0.0), score)
-    neighbour: dict[RecordKey, float] = {}
+    neighbour: dict[_Identity, float] = {}
     reads = 0
     for key in sorted(fused, key=lambda k: -fused[k])[: settings.neighbours_of]:
         reads += 2 if records[key].scope.session_id is not None else 0
         for around in _neighbours(store, records[key], filter):
-            records.setdefault(around.key, around)
-            neighbour[around.key] = max(neighbour.get(around.key, 0.0), fused[key])
+            records.setdefault(_identity(around), around)
+            neighbour[_identity(around)] = max(neighbour.get(_identity(around), 0.0), fused[key])
     final = {
         key: fused.get(key, 0.0)
         + settings.neighbour_weight * neighbour.get(key, 0.0)
