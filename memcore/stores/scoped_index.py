@@ -44,6 +44,11 @@ _blas: ThreadpoolController | None = None
 _GATHER_FRACTION = 0.3
 """Below this share of a partition's rows, a search scores only its candidates' vectors (gathered);
 above it, every row (one contiguous product is then cheaper than gathering)."""
+_IDS_ONE_BY_ONE, _LOOKUPS_ONE_BY_ONE = 8, 4_096
+"""A read by id looks each id up in each partition of its scope, unless it reads more than 8 ids
+with more than 4,096 lookups (a wide scope over many owners: an admin read, a copy's check); then
+it first finds the partitions holding its ids in one pass over their id columns."""
+_LOW_BITS = (1 << 64) - 1
 
 
 def single_blas_thread() -> AbstractContextManager[object]:
@@ -163,12 +168,12 @@ class ScopedIndex:
                 selection.append((partition, mask))
         return selection
 
-    def _owned_within(self, scope: Scope) -> list[Partition]:
-        """The partitions of the owners ``scope`` covers, whole or in part (a scope naming a
-        session sees part of its owner's), in listing order."""
-        if scope.is_everything:
-            owners: Iterable[OwnerKey] = self._partitions
-        elif scope.is_exact or (scope.user_id is not None and scope.agent_id is not None):
+    def _owned_within(self, scope: Scope, *, in_order: bool = True) -> list[Partition]:
+        """The partitions of the owners ``scope`` (not :meth:`Scope.everything`) covers, whole or
+        in part (a scope naming a session sees part of its owner's), in listing order unless
+        ``in_order`` is false."""
+        owners: Iterable[OwnerKey]
+        if scope.is_exact or (scope.user_id is not None and scope.agent_id is not None):
             owner = self._partitions.get(_owner_key(scope))  # every owner field is fixed: one owner
             return [] if owner is None else [owner]
         else:
@@ -182,11 +187,18 @@ class ScopedIndex:
                 if not candidates:
                     return []
             owners = self._partitions if candidates is None else candidates
-        return [self._partitions[key] for key in sorted(owners, key=_listing_order)]
+        if in_order:
+            owners = sorted(owners, key=_listing_order)
+        return [self._partitions[key] for key in owners]
 
     def _rows(self, scope: Scope, ids: list[UUID], now: int | None) -> Iterator[tuple[Partition, int]]:
         """The partition and row of every record of ``ids`` visible through ``scope`` and live at ``now``."""
-        partitions = self._owned_within(scope)
+        if scope.is_everything:
+            partitions = list(self._partitions.values())
+        else:
+            partitions = self._owned_within(scope, in_order=False)
+        if len(ids) > _IDS_ONE_BY_ONE and len(ids) * len(partitions) > _LOOKUPS_ONE_BY_ONE:
+            partitions = _holding(partitions, ids)
         for record_id in ids:
             key = record_id.int
             for partition in partitions:
@@ -479,6 +491,16 @@ class ScopedIndex:
         """How many records have exactly ``scope``."""
         partition = self._partitions.get(_owner_key(scope))
         return 0 if partition is None else int(partition.exact_session_mask(scope.session_id).sum())
+
+
+def _holding(partitions: list[Partition], ids: list[UUID]) -> list[Partition]:
+    """The partitions among ``partitions`` whose id column holds the low 64 bits of one of ``ids``
+    (a superset of those holding the ids), found in one vectorised pass over the columns."""
+    wanted = np.fromiter((record_id.int & _LOW_BITS for record_id in ids), dtype=np.uint64, count=len(ids))
+    sizes = np.fromiter((p.size for p in partitions), dtype=np.intp, count=len(partitions))
+    found = np.flatnonzero(np.isin(np.concatenate([p.id_low[: p.size] for p in partitions]), wanted))
+    owners = np.unique(np.searchsorted(np.cumsum(sizes), found, side="right"))
+    return [partitions[owner] for owner in owners.tolist()]
 
 
 def _masked_head(

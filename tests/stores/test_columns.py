@@ -230,3 +230,22 @@ def test_a_limited_list_of_a_sparse_session_reads_past_the_head_of_its_partition
         records[-1].id,
         records[-2].id,
     ]
+
+
+def test_a_wide_read_of_many_ids_finds_each_in_every_owner_holding_it() -> None:
+    index = ScopedIndex()
+    owners = [Scope(tenant="t", user_id=f"u{n}", agent_id="a") for n in range(600)]
+    records = [
+        MemoryRecord(scope=o, message=Message(role="user", content="m")) for o in owners for _ in range(3)
+    ]
+    shared = records[7].model_copy(update={"scope": Scope(tenant="t", user_id="u599", agent_id="b")})
+    index.upsert([*records, shared], None)
+    wanted = [r.id for r in records[::50]] + [records[7].id, UUID(int=12345)]  # 38 ids, one stored nowhere
+    for scope in (Scope(tenant="t"), Scope.everything()):  # 600+ owners x 36 ids: one vectorised pass
+        found = index.get(scope, wanted, None)
+        expected = [*records[::50], records[7], shared]
+        assert sorted((r.scope.as_tuple(), r.id.int) for r in found) == sorted(
+            (r.scope.as_tuple(), r.id.int) for r in expected
+        )
+    assert index.get(Scope(tenant="t", user_id="u2"), [records[7].id], None) == [records[7]]
+    assert index.get(Scope(tenant="other"), wanted, None) == []
