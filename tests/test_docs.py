@@ -31,10 +31,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "make test" in lines
 
 
-def test_make_test_runs_lint_types_and_pytest() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test: check pytest$", makefile, re.M)
-    assert "mypy memcore" in makefile and "ruff check" in makefile and "-m pytest" in makefile
+def test_make_test_runs_lint_types_and_every_suite() -> None:
+    # `make -n` prints what `make test` would run, through its sub-make of two lanes.
+    planned = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = planned.stdout.splitlines()
+    assert ".venv/bin/ruff check ." in lines and ".venv/bin/ruff format --check ." in lines
+    assert any(line.startswith(".venv/bin/mypy memcore plugins/") for line in lines)
+    assert ".venv/bin/python -m pytest" in lines  # the core suite
+    for plugin in sorted(path for path in (ROOT / "plugins").iterdir() if path.is_dir()):
+        assert f"-m pytest plugins/{plugin.name}/tests" in planned.stdout, plugin.name
+    assert "-m pytest -W ignore::pytest.PytestConfigWarning tests-camel" in planned.stdout
 
 
 def test_quickstart_code_runs(tmp_path: Path) -> None:
