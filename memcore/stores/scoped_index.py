@@ -177,16 +177,13 @@ class ScopedIndex:
             owner = self._partitions.get(_owner_key(scope))  # every owner field is fixed: one owner
             return [] if owner is None else [owner]
         else:
-            candidates: set[OwnerKey] | None = None
-            for index, name in enumerate(SCOPE_FIELDS[:3]):
-                value = getattr(scope, name)
-                if value is None:
-                    continue
-                keys = self._by_field[index].get(value, set())
-                candidates = set(keys) if candidates is None else candidates & keys
-                if not candidates:
-                    return []
-            owners = self._partitions if candidates is None else candidates
+            named = [
+                self._by_field[index].get(value, set())
+                for index, name in enumerate(SCOPE_FIELDS[:3])
+                if (value := getattr(scope, name)) is not None
+            ]
+            # One field (a tenant-wide scope): its owners as they are, without copying them.
+            owners = named[0] if len(named) == 1 else set.intersection(*named) if named else self._partitions
         if in_order:
             owners = sorted(owners, key=_listing_order)
         return [self._partitions[key] for key in owners]
@@ -202,6 +199,8 @@ class ScopedIndex:
         for record_id in ids:
             key = record_id.int
             for partition in partitions:
+                if key not in partition.positions:  # most partitions of a wide scope: one dict lookup
+                    continue
                 for row in partition.rows_of(key):
                     if scope.matches(partition.scope_of(row)) and partition.is_live(row, now):
                         yield partition, row
