@@ -71,16 +71,18 @@ def check_scope(scope: Scope) -> Scope:
         if not scope.is_admin:
             raise ScopeError("an empty scope would match every record; admin tools use Scope.everything()")
         return scope
-    key = (type(scope), scope.as_tuple())
-    try:
-        checked = _CHECKED_SCOPES.get(key)
-    except TypeError:  # an unhashable value set without validation: validation says what is wrong
-        checked = None
+    values = scope.as_tuple()
+    key = (type(scope), values)
+    # Only scopes of plain strings are looked up and remembered: a value set without validation
+    # could be an object that merely compares equal to (and hashes like) a validated string.
+    plain = all(value is None or type(value) is str for value in values)
+    checked = _CHECKED_SCOPES.get(key) if plain else None
     if checked is None:
         checked = type(scope).model_validate(scope.model_dump())
-        if len(_CHECKED_SCOPES) >= _CHECKED_SCOPES_KEPT:
-            _CHECKED_SCOPES.clear()
-        _CHECKED_SCOPES[key] = checked
+        if plain:
+            if len(_CHECKED_SCOPES) >= _CHECKED_SCOPES_KEPT:
+                _CHECKED_SCOPES.clear()
+            _CHECKED_SCOPES[key] = checked
     return checked
 
 

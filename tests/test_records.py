@@ -172,7 +172,15 @@ def test_every_scope_names_a_tenant_and_the_default_tenant_stands_in_for_none() 
     assert stored.scope.tenant is None, "records stored before the rule still read back"
 
 
-@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the unhashable value, dumped
+class _LooksLikeU:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("u")
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the values that are not strings, dumped
 def test_a_checked_scope_is_remembered_by_its_values_and_never_lets_a_bad_one_through() -> None:
     good = Scope(tenant="t", user_id="u")
     assert check_scope(good) is check_scope(Scope(tenant="t", user_id="u"))  # validated once
@@ -184,6 +192,8 @@ def test_a_checked_scope_is_remembered_by_its_values_and_never_lets_a_bad_one_th
             check_scope(good.model_copy(update={"user_id": "a/b"}))
         with pytest.raises(ScopeError):
             check_scope(Scope.model_construct(tenant="t", user_id=["unhashable"]))
+        with pytest.raises(ScopeError):  # equal to, and hashed like, the "u" remembered above
+            check_scope(Scope.model_construct(tenant="t", user_id=_LooksLikeU()))
 
 
 def test_an_exact_scope_matches_its_own_level_only_and_copies_keep_it() -> None:
