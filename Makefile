@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.memcore-installed
 PIP_FLAGS := --quiet --disable-pip-version-check
 PLUGINS := plugins/memcore-qdrant plugins/memcore-chroma plugins/memcore-pgvector
+CHROMA := plugins/memcore-chroma
 # The CAMEL adapter's tests run in a venv of their own: camel-ai pins pydantic<=2.12 (see pyproject).
 CAMEL_VENV := .venv-camel
 CAMEL_STAMP := $(CAMEL_VENV)/.memcore-installed
@@ -52,10 +53,10 @@ pytest: $(STAMP)
 
 pytest-lane: $(STAMP) pytest-camel
 	$(BIN)/python -m pytest
-	$(foreach plugin,$(filter-out plugins/memcore-chroma,$(PLUGINS)),$(BIN)/python -m pytest $(plugin)/tests &&) true
+	$(foreach plugin,$(filter-out $(CHROMA),$(PLUGINS)),$(BIN)/python -m pytest $(plugin)/tests &&) true
 
 pytest-chroma: $(STAMP)
-	$(BIN)/python -m pytest plugins/memcore-chroma/tests
+	$(BIN)/python -m pytest $(CHROMA)/tests
 
 pytest-camel: $(CAMEL_STAMP)
 	$(CAMEL_VENV)/bin/python -m pytest -W ignore::pytest.PytestConfigWarning tests-camel  # no pytest-asyncio there

@@ -149,8 +149,9 @@ def _fused(
     for key in sorted(fused, key=lambda k: -fused[k])[: settings.neighbours_of]:
         reads += 2 if records[key].scope.session_id is not None else 0
         for around in _neighbours(store, records[key], filter):
-            records.setdefault(_identity(around), around)
-            neighbour[_identity(around)] = max(neighbour.get(_identity(around), 0.0), fused[key])
+            identity = _identity(around)
+            records.setdefault(identity, around)
+            neighbour[identity] = max(neighbour.get(identity, 0.0), fused[key])
     final = {
         key: fused.get(key, 0.0)
         + settings.neighbour_weight * neighbour.get(key, 0.0)

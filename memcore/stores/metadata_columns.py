@@ -129,8 +129,8 @@ class MetadataColumn:
             return None if compare is None else np.zeros(size, dtype=bool)
         if self.inexact or _inexact(value):
             return None
-        if not compare(self.highest, value) and not compare(self.lowest, value):
-            return np.zeros(size, dtype=bool)  # both bounds fail, so every number between does
+        if not self.may_match(op, value):
+            return np.zeros(size, dtype=bool)
         ranged: Mask = (types == NUMBER) & compare(self.numbers[:size], value)
         return ranged
 
@@ -144,6 +144,7 @@ class MetadataColumn:
             if self.inexact or _inexact(value):
                 return True
             bound = float(value)  # type: ignore[arg-type]
+            # Both bounds failing means every number between them does.
             return test(self.highest, bound) or test(self.lowest, bound)
         if op in ("$eq", "$in") and not self.lists:
             values = value if isinstance(value, tuple) else (value,)

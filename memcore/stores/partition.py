@@ -55,7 +55,8 @@ _NO_SESSION = -1
 _CODES_LOCK = threading.Lock()
 _MASKED_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists"})
 _NEVER = epoch_micros(NEVER_EXPIRES)
-_LOW_BITS = (1 << 64) - 1
+ID_LOW_BITS = (1 << 64) - 1
+"""The low 64 bits of a record id: :attr:`Partition.id_low`."""
 _TIME_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
     "$eq": np.equal,
     "$ne": np.not_equal,
@@ -368,7 +369,7 @@ class Partition:
         self.encoded[row] = _compact(record)
         self._cache.put(self._serial, row, record)
         self._sorted_rows = None
-        self.timestamps[row], self.id_high[row], self.id_low[row] = stamp, high, key & _LOW_BITS
+        self.timestamps[row], self.id_high[row], self.id_low[row] = stamp, high, key & ID_LOW_BITS
         self.expiries[row] = epoch_micros(record.expires)
         self.expiring += int(self.expiries[row] != _NEVER)
         for spec in _CODED_FIELDS:
@@ -539,16 +540,13 @@ class Partition:
 
     def rows_in_order(self, order: Order, after: int | None, before: int | None) -> npt.NDArray[np.intp]:
         """Row numbers sorted by (created_at, id), within the optional (exclusive) time bounds."""
-        n = self.size
         # Rows stored in time order (the common case: records arrive as they are made) are their own
         # order, so the bounds are found without gathering every timestamp.
-        stamps = self.timestamps[:n] if self.rows_in_time_order else self.timestamps[self._time_sorted_rows()]
+        in_order = None if self.rows_in_time_order else self._time_sorted_rows()
+        stamps = self.timestamps[: self.size] if in_order is None else self.timestamps[in_order]
         start = 0 if after is None else int(np.searchsorted(stamps, after, side="right"))
-        stop = n if before is None else int(np.searchsorted(stamps, before, side="left"))
-        if self.rows_in_time_order:
-            rows = np.arange(start, stop, dtype=np.intp)
-        else:
-            rows = self._time_sorted_rows()[start:stop]
+        stop = len(stamps) if before is None else int(np.searchsorted(stamps, before, side="left"))
+        rows = np.arange(start, stop, dtype=np.intp) if in_order is None else in_order[start:stop]
         return rows[::-1] if order == "desc" else rows
 
     def session_mask(self, scope: Scope) -> npt.NDArray[np.bool_] | None:

@@ -30,7 +30,7 @@ from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import text_matches
-from memcore.stores.partition import Partition, RecordCache, Rows, session_code
+from memcore.stores.partition import ID_LOW_BITS, Partition, RecordCache, Rows, session_code
 from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
@@ -48,7 +48,6 @@ _IDS_ONE_BY_ONE, _LOOKUPS_ONE_BY_ONE = 8, 4_096
 """A read by id looks each id up in each partition of its scope, unless it reads more than 8 ids
 with more than 4,096 lookups (a wide scope over many owners: an admin read, a copy's check); then
 it first finds the partitions holding its ids in one pass over their id columns."""
-_LOW_BITS = (1 << 64) - 1
 
 
 def single_blas_thread() -> AbstractContextManager[object]:
@@ -172,18 +171,19 @@ class ScopedIndex:
         """The partitions of the owners ``scope`` (not :meth:`Scope.everything`) covers, whole or
         in part (a scope naming a session sees part of its owner's), in listing order unless
         ``in_order`` is false."""
-        owners: Iterable[OwnerKey]
         if scope.is_exact or (scope.user_id is not None and scope.agent_id is not None):
             owner = self._partitions.get(_owner_key(scope))  # every owner field is fixed: one owner
             return [] if owner is None else [owner]
-        else:
-            named = [
-                self._by_field[index].get(value, set())
-                for index, name in enumerate(SCOPE_FIELDS[:3])
-                if (value := getattr(scope, name)) is not None
-            ]
-            # One field (a tenant-wide scope): its owners as they are, without copying them.
-            owners = named[0] if len(named) == 1 else set.intersection(*named) if named else self._partitions
+        named = [
+            self._by_field[index].get(value, set())
+            for index, name in enumerate(SCOPE_FIELDS[:3])
+            if (value := getattr(scope, name)) is not None
+        ]
+        owners: Iterable[OwnerKey] = self._partitions
+        if len(named) == 1:
+            owners = named[0]  # a tenant-wide scope: the tenant's owners as they are, uncopied
+        elif named:
+            owners = set.intersection(*named)
         if in_order:
             owners = sorted(owners, key=_listing_order)
         return [self._partitions[key] for key in owners]
@@ -495,7 +495,7 @@ class ScopedIndex:
 def _holding(partitions: list[Partition], ids: list[UUID]) -> list[Partition]:
     """The partitions among ``partitions`` whose id column holds the low 64 bits of one of ``ids``
     (a superset of those holding the ids), found in one vectorised pass over the columns."""
-    wanted = np.fromiter((record_id.int & _LOW_BITS for record_id in ids), dtype=np.uint64, count=len(ids))
+    wanted = np.fromiter((record_id.int & ID_LOW_BITS for record_id in ids), dtype=np.uint64, count=len(ids))
     sizes = np.fromiter((p.size for p in partitions), dtype=np.intp, count=len(partitions))
     found = np.flatnonzero(np.isin(np.concatenate([p.id_low[: p.size] for p in partitions]), wanted))
     owners = np.unique(np.searchsorted(np.cumsum(sizes), found, side="right"))
