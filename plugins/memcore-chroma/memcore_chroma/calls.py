@@ -15,7 +15,7 @@ from memcore import sessions
 
 R = TypeVar("R")
 
-Method: TypeAlias = Literal["get", "query", "upsert", "update", "delete"]
+Method: TypeAlias = Literal["count", "get", "query", "upsert", "update", "delete"]
 """The collection methods sessions call (the same on ``Collection`` and ``AsyncCollection``)."""
 
 

@@ -31,7 +31,7 @@ value, including integers up to 2**63, lives in the JSON document.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -148,6 +148,16 @@ def scope_clauses(scope: Scope) -> list[Where]:
     if scope.is_exact:
         return [{SCOPE_KEY: scope.digest()}]
     return [{f"{SCOPE_PREFIX}{name}": value} for name, value in scope.items()]
+
+
+def owned_by(scope: Scope) -> Callable[[Any], bool]:
+    """Whether an entry's flat metadata is that of a record visible through ``scope``
+    (:meth:`Scope.matches`, as :func:`scope_clauses` selects)."""
+    if scope.is_exact:
+        digest = scope.digest()
+        return lambda meta: meta is not None and meta.get(SCOPE_KEY) == digest
+    fields = [(f"{SCOPE_PREFIX}{name}", value) for name, value in scope.items()]
+    return lambda meta: meta is not None and all(meta.get(key) == value for key, value in fields)
 
 
 def scope_key(fields: tuple[str | None, ...]) -> str:

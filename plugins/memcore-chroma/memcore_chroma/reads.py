@@ -48,6 +48,10 @@ BOUND_READ = 8
 """A window's time bound is read alone (ids only) up to ``BOUND_READ * LISTING_SAMPLE * limit``
 entries, every scope's; beyond, with the scope's ``where`` (see :func:`newest_or_oldest`)."""
 
+TAIL_SAMPLE = 4
+""":func:`newest_from_tail` looks for a scope's newest records among the ``TAIL_SAMPLE * limit``
+entries inserted last into the collection (every entry read costs: Chroma reads its metadata)."""
+
 SMALL_SELECTION = 256
 """A search whose ``where`` selects at most this many entries ranks them exactly
 (:func:`small_selection_search`) instead of asking Chroma's HNSW search."""
@@ -60,6 +64,9 @@ LOST_ENTRY_RETRIES = 3
 
 T = TypeVar("T")
 
+
+Owns = Callable[[Any], bool]
+"""Whether an entry's flat metadata says it is a record of the scope being read."""
 
 Keep = Callable[[MemoryRecord], bool]
 """What a read checks of each record it decodes: the conditions its ``where`` left to the store
@@ -199,6 +206,96 @@ def newest_or_oldest(
     return kept if len(kept) >= limit else None
 
 
+def newest_from_tail(owns: Owns, keep: Keep, limit: int) -> Session[list[MemoryRecord] | None]:
+    """The records of a scope (``owns``) that ``keep`` keeps, among them the ``limit`` newest,
+    found without a ``where`` over the scope; ``None`` if the entries inserted last do not hold
+    enough of its records to bound the window (then :func:`newest_or_oldest` lists the scope).
+
+    Listing a scope's ids makes Chroma evaluate its ``where`` over every entry of the scope (an
+    agent's whole history). Its newest records are usually among the entries inserted last into
+    the collection, which Chroma reads by offset, with no ``where``: their times bound the window
+    as :func:`newest_or_oldest` bounds it, and the bound alone (a range of times, selective) reads
+    every entry newer than it, whatever the order they were inserted in.
+    """
+    sampled = TAIL_SAMPLE * limit
+    total = yield from collection_call("counting entries", "count")
+    start = max(0, total - sampled)
+    # Ids alone by offset, then their metadata by id: asked together, Chroma joins the metadata
+    # of every entry before the offset too (15 ms instead of 5 past 10,000 entries).
+    newest = yield from collection_call(
+        "listing the newest entries", "get", offset=start, limit=sampled, include=[]
+    )
+    listed = newest["ids"]
+    whole_collection = start == 0 and len(listed) < sampled
+    if not listed:
+        return [] if whole_collection else None  # Chroma reads ids=[] as every entry
+    tail = yield from collection_call("sampling the newest entries", "get", ids=listed, include=["metadatas"])
+    owned = [
+        (entry, meta) for entry, meta in zip(tail["ids"], tail["metadatas"] or [], strict=True) if owns(meta)
+    ]
+    if whole_collection:
+        return [r for r in (yield from by_ids([entry for entry, _ in owned])) if keep(r)]
+    times = sorted(int(meta[CREATED_AT_KEY]) for _, meta in owned)
+    if len(times) < limit:
+        return None
+    return (yield from newest_since(times[-limit], owns, keep, limit))
+
+
+def newest_since(bound: int, owns: Owns, keep: Keep, limit: int) -> Session[list[MemoryRecord] | None]:
+    """The records of a scope (``owns``) created at ``bound`` (epoch microseconds) or later that
+    ``keep`` keeps, if at least ``limit`` are (then they hold the scope's ``limit`` newest);
+    ``None`` if fewer are, or if other scopes wrote too much since ``bound`` to read it all.
+
+    The bound alone is a range of times, which Chroma's index selects: no ``where`` over the scope.
+    """
+    bounded = BOUND_READ * limit
+    recent = yield from collection_call(
+        "bounding times",
+        "get",
+        where={CREATED_AT_KEY: {"$gte": bound}},
+        include=["documents", "metadatas"],
+        limit=bounded,
+    )
+    if len(recent["ids"]) >= bounded:
+        return None
+    records = [
+        decode(entry, document)
+        for entry, document, meta in zip(
+            recent["ids"], recent["documents"] or [], recent["metadatas"] or [], strict=True
+        )
+        if owns(meta)
+    ]
+    kept = [r for r in records if keep(r)]
+    return kept if len(kept) >= limit else None
+
+
+def selected_across_scopes(where: Where, owns: Owns, keep: Keep) -> Session[list[MemoryRecord] | None]:
+    """The records of a scope (``owns``) that ``where`` (a filter, without the scope's clauses)
+    selects and ``keep`` keeps, read across every scope; ``None`` if ``where`` selects more than
+    :data:`SMALL_SELECTION` entries in the collection.
+
+    A scope's clause makes Chroma evaluate it over every entry of the scope; a selective filter
+    alone (the pinned system message of a session) selects a few entries of the whole collection.
+    """
+    listed = yield from collection_call(
+        "listing selected entries", "get", where=where, include=[], limit=SMALL_SELECTION + 1
+    )
+    if len(listed["ids"]) > SMALL_SELECTION:
+        return None
+    if not listed["ids"]:
+        return []
+    found = yield from collection_call(
+        "reading selected records", "get", ids=listed["ids"], include=["documents", "metadatas"]
+    )
+    return [
+        record
+        for entry, document, meta in zip(
+            found["ids"], found["documents"] or [], found["metadatas"] or [], strict=True
+        )
+        if owns(meta) and keep(record := decode(entry, document))
+    ]
+
+
 def has_vector(meta: Any) -> bool:
     """Whether an entry's metadata says it holds the record's vector, not a stand-in."""
     return meta is not None and meta.get(VECTOR_KEY) is True
@@ -227,19 +324,10 @@ def vector_search(
             where=where,
             include=["documents", "distances", "metadatas"],
         )
-        ids, documents = found["ids"][0], (found["documents"] or [[]])[0]
-        distances, metadatas = (found["distances"] or [[]])[0], (found["metadatas"] or [[]])[0]
-        hits: list[ScoredRecord] = []
-        for record_id, document, distance, meta in zip(ids, documents, distances, metadatas, strict=True):
-            if document is None:
-                continue  # deleted by another thread between Chroma's index lookup and its read
-            if not has_vector(meta):
-                continue
-            record = decode(record_id, document)
-            if wanted(record):
-                hits.append(ScoredRecord.of(record, clamp_score(1.0 - distance)))
-                if len(hits) == limit:
-                    return hits
+        ids = found["ids"][0]
+        hits = list(_hits(found, wanted, limit))
+        if len(hits) == limit:
+            return hits
         if len(ids) < fetch:
             # Fewer than asked: either every candidate was seen, or HNSW gave up
             # early under a selective filter; then rank the candidates exactly.
@@ -248,6 +336,45 @@ def vector_search(
                 return hits
             return (yield from exact_search(where, query, wanted, limit))
         fetch *= 4
+
+
+def unfiltered_search(query: Matrix, wanted: Keep, limit: int) -> Session[list[ScoredRecord] | None]:
+    """The ``limit`` records nearest ``query`` that ``wanted`` keeps (it must check the scope and
+    the filter too), among the collection's nearest entries searched with no ``where``; ``None``
+    if too few of those are wanted (then the caller searches under the ``where``).
+
+    Chroma evaluates a search's ``where`` over every entry it matches before its HNSW search: for
+    a scope holding much of the collection (an agent that wrote half of it) that costs several
+    times the search. Unfiltered, its wanted hits are the best of the collection's nearest.
+    """
+    fetch = max(limit * 4, MIN_OVERFETCH)
+    found = yield from asked_again_if_an_entry_vanished(
+        "searching the whole collection",
+        "query",
+        query_embeddings=query,
+        n_results=fetch,
+        include=["documents", "distances", "metadatas"],
+    )
+    hits = list(_hits(found, wanted, limit))
+    return hits if len(hits) == limit else None
+
+
+def _hits(found: Any, wanted: Keep, limit: int) -> Iterator[ScoredRecord]:
+    """The first ``limit`` hits of a ``query`` result that hold a real vector and that ``wanted`` keeps."""
+    ids, documents = found["ids"][0], (found["documents"] or [[]])[0]
+    distances, metadatas = (found["distances"] or [[]])[0], (found["metadatas"] or [[]])[0]
+    count = 0
+    for record_id, document, distance, meta in zip(ids, documents, distances, metadatas, strict=True):
+        if document is None:
+            continue  # deleted by another thread between Chroma's index lookup and its read
+        if not has_vector(meta):
+            continue
+        record = decode(record_id, document)
+        if wanted(record):
+            yield ScoredRecord.of(record, clamp_score(1.0 - distance))
+            count += 1
+            if count == limit:
+                return
 
 
 def exact_search(

@@ -81,6 +81,7 @@ from memcore_chroma.encoding import (
     flat_metadata,
     is_live,
     live_clauses,
+    owned_by,
     placeholder_vectors,
     scope_clauses,
     scope_of,
@@ -109,6 +110,7 @@ from memcore_chroma.opening import (
 )
 from memcore_chroma.reads import Keep, chunks
 from memcore_chroma.rebuild import PAGE_SIZE
+from memcore_chroma.shortcuts import Misses, WindowBounds
 
 T = TypeVar("T")
 
@@ -149,6 +151,14 @@ class ChromaStoreBase(BaseStore):
         """The ``where`` documents of searches that selected more than
         :data:`~memcore_chroma.reads.SMALL_SELECTION` entries: they go straight to Chroma's HNSW
         search (a scope that shrank since is only searched more slowly)."""
+        self._window_bounds = WindowBounds()
+        """Where each window read lately began (:mod:`~memcore_chroma.shortcuts`)."""
+        self._tail_misses = Misses()
+        """Windows whose newest records were not in the collection's tail lately."""
+        self._unscoped_misses = Misses()
+        """Filters that selected many entries of the collection lately."""
+        self._unfiltered_misses = Misses()
+        """Large searches whose hits were not among the collection's nearest entries lately."""
         try:
             with chroma.write_lock, translated(f"opening the Chroma collection {collection!r}"):
                 with chroma.reading():
@@ -640,7 +650,46 @@ class ChromaStoreBase(BaseStore):
 
         where = self._selecting(scope, compiled, *bounds)
         keep = self._keeping(query.filter, in_time)
-        return (yield from reads.ordered(where, keep, compiled.exact, query.order == "desc", query.limit))
+        descending = query.order == "desc"
+        if where is not None and where == all_of(scope_clauses(scope)):
+            if descending and query.limit is not None:
+                window = yield from self._newest_window(scope, where, keep, query.limit)
+                if window is not None:
+                    return window
+        elif compiled.where is not None:
+            across: Where = {"$and": [compiled.where, *bounds]} if bounds else compiled.where
+            selection = json.dumps(across, sort_keys=True)
+            if self._unscoped_misses.worth_trying(selection):
+                found = yield from reads.selected_across_scopes(across, owned_by(scope), keep)
+                if found is not None:
+                    found.sort(key=order_key, reverse=descending)
+                    return found[: query.limit]
+                self._unscoped_misses.missed(selection)
+        return (yield from reads.ordered(where, keep, compiled.exact, descending, query.limit))
+
+    def _newest_window(
+        self, scope: Scope, where: Where, keep: Keep, limit: int
+    ) -> Session[list[MemoryRecord] | None]:
+        """The ``limit`` newest records of ``scope`` (selected by ``where``) that ``keep`` keeps,
+        newest first, read without a ``where`` over the scope if a shortcut answers
+        (:mod:`~memcore_chroma.shortcuts`); ``None`` if none does."""
+        selection = json.dumps(where, sort_keys=True)
+        owns = owned_by(scope)
+        window = None
+        bound = self._window_bounds.get(selection)
+        if bound is not None:
+            window = yield from reads.newest_since(bound, owns, keep, limit)
+        if window is None and self._tail_misses.worth_trying(selection):
+            window = yield from reads.newest_from_tail(owns, keep, limit)
+            if window is None:
+                self._tail_misses.missed(selection)
+        if window is None:
+            self._window_bounds.remember(selection, None)
+            return None
+        window = sorted(window, key=order_key, reverse=True)[:limit]
+        oldest = epoch_micros(window[-1].created_at) if len(window) == limit else None
+        self._window_bounds.remember(selection, oldest)
+        return window
 
     def _search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
         if request.vector is not None and not self._indexes_vectors_of(request.vector.shape[1]):
@@ -681,6 +730,15 @@ class ChromaStoreBase(BaseStore):
             if len(self._large_selections) >= LARGE_SELECTIONS_KEPT:
                 self._large_selections.clear()
             self._large_selections.add(selection)
+        if self._unfiltered_misses.worth_trying(selection):
+            hits = yield from reads.unfiltered_search(
+                query,
+                lambda record: scope.matches(record.scope) and wanted(record) and evaluate(node, record),
+                limit,
+            )
+            if hits is not None:
+                return hits
+            self._unfiltered_misses.missed(selection)
         return (yield from reads.vector_search(where, query, wanted, limit, compiled.exact and text is None))
 
     def _indexes_vectors_of(self, dimension: int) -> bool:

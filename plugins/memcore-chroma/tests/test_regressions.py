@@ -6,13 +6,13 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from uuid import uuid4
 
 import pytest
 from chroma_server import ChromaServer
 from chromadb.api.models.Collection import Collection
-from memcore_chroma import ChromaHttpStore, ChromaMemoryStore, ChromaStore, ExclusiveMaintenanceError
+from memcore_chroma import ChromaHttpStore, ChromaMemoryStore, ChromaStore, ExclusiveMaintenanceError, reads
 from memcore_chroma.store import ChromaStoreBase
 from memcore_chroma.urls import ServerAddress
 
@@ -229,18 +229,32 @@ def test_a_failed_add_changes_no_metadata(monkeypatch: pytest.MonkeyPatch) -> No
 # -- 4, 5. reads and deletes that another writer races --------------------------
 
 
+NOT_EXACT = {"metadata.n": {"$lt": 2**60}}
+
+
 @pytest.mark.parametrize(
-    ("between", "limit", "filter_spec"),
+    ("between", "limit", "filter_spec", "order"),
     [
-        ("listing ids", 10, None),  # few matches: ids, then the records
-        ("sampling times", 1, None),  # more than 2 x limit: ids, their times, the records
-        ("listing records", 10, {"metadata.n": {"$lt": 2**60}}),  # not exact: metadata, then records
+        ("listing ids", 10, None, "asc"),  # few matches: ids, then the records
+        ("sampling times", 1, None, "asc"),  # more than 2 x limit: ids, their times, the records
+        ("listing records", 10, NOT_EXACT, "asc"),  # not exact: metadata, then records
+        # the shortcuts (memcore_chroma.shortcuts): a filter across scopes, ids then records
+        ("listing selected entries", 10, NOT_EXACT, "asc"),
+        # a window from the collection's tail: ids, their metadata, then the bound's records
+        ("listing the newest entries", 1, None, "desc"),
+        ("sampling the newest entries", 1, None, "desc"),
     ],
 )
 def test_list_with_a_limit_never_returns_a_record_moved_to_another_scope(
-    monkeypatch: pytest.MonkeyPatch, between: str, limit: int, filter_spec: dict[str, Any] | None
+    monkeypatch: pytest.MonkeyPatch,
+    between: str,
+    limit: int,
+    filter_spec: dict[str, Any] | None,
+    order: Literal["asc", "desc"],
 ) -> None:
     a, b = Scope(tenant="a"), Scope(tenant="b")
+    if between == "listing records":
+        monkeypatch.setattr(reads, "SMALL_SELECTION", 0)  # no shortcut across scopes
     with ChromaMemoryStore() as store:
         mine, gone = make_record(a, "mine", minute=1), make_record(a, "deleted", minute=2)
         mine, gone = (r.model_copy(update={"metadata": {"n": 1}}) for r in (mine, gone))
@@ -253,7 +267,7 @@ def test_list_with_a_limit_never_returns_a_record_moved_to_another_scope(
             store.add([_moved(mine, b, "tenant b's secret")])
 
         _after_call(monkeypatch, store, between, race)
-        listed = store.list(a, filter=filter_spec, limit=limit)
+        listed = store.list(a, filter=filter_spec, limit=limit, order=order)
         assert store.list(b), "the race did not run"
         assert listed == ([] if filter_spec else [old])
 

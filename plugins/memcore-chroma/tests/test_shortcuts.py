@@ -1,0 +1,169 @@
+"""The shortcuts of :mod:`memcore_chroma.shortcuts`: a window read from its last bound or from the
+collection's tail, a search without a ``where``, a selective filter read across scopes. Each must
+answer exactly what the sure way answers, never another scope's record, and fall back when it
+cannot: checked against a model through interleaved writers, imports of old records, deletes and
+expiry, on the embedded client and on a server."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from memcore_chroma import reads
+from memcore_chroma.calls import CollectionCall
+from memcore_chroma.shortcuts import SKIPS_AFTER_A_MISS, Misses
+from memcore_chroma.store import ChromaStoreBase
+
+from memcore.records import MemoryRecord
+from memcore.scope import Scope
+from memcore.testing.helpers import make_record, random_vectors
+
+AGENT = Scope(tenant="t", user_id="me", agent_id="a", session_id="s")
+SCOPES = [
+    AGENT,
+    Scope(tenant="t", user_id="me", agent_id="a", session_id="other-session"),
+    Scope(tenant="t", user_id="me", agent_id="b", session_id="s"),
+    Scope(tenant="elsewhere", user_id="me", agent_id="a", session_id="s"),  # same fields, other tenant
+]
+OWNER = Scope(tenant="t", user_id="me", agent_id="a")
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[CollectionCall]:
+    made: list[CollectionCall] = []
+    make = ChromaStoreBase._make
+
+    def spy(self: ChromaStoreBase, call: CollectionCall) -> Any:
+        made.append(call)
+        return make(self, call)
+
+    monkeypatch.setattr(ChromaStoreBase, "_make", spy)
+    return made
+
+
+def _newest(model: dict[Any, MemoryRecord], scope: Scope, limit: int) -> list[MemoryRecord]:
+    now = datetime.now(UTC)
+    kept = [r for r in model.values() if scope.matches(r.scope) and r.is_live(now)]
+    return sorted(kept, key=lambda r: (r.created_at, r.id), reverse=True)[:limit]
+
+
+def test_windows_read_by_shortcut_match_a_model_through_interleaved_writes_imports_and_deletes(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall]
+) -> None:
+    rng = random.Random(11)
+    model: dict[Any, MemoryRecord] = {}
+    minute = 0
+    with open_store() as store:
+        for step in range(120):
+            action = rng.random()
+            if action < 0.6:  # each scope writes in turn, the agent's scope most
+                minute += 1
+                scope = AGENT if rng.random() < 0.4 else rng.choice(SCOPES)
+                batch = [
+                    make_record(scope, f"turn {minute}.{i}", minute=minute) for i in range(rng.randint(1, 3))
+                ]
+            elif action < 0.7:  # an import of old records, inserted last
+                batch = [
+                    make_record(rng.choice(SCOPES), "old", minute=rng.randint(-50, minute)) for _ in range(3)
+                ]
+            elif action < 0.78:  # a record of the agent that has already expired
+                batch = [
+                    make_record(AGENT, "expired", minute=minute).model_copy(
+                        update={"expires_at": datetime.now(UTC) - timedelta(seconds=1)}
+                    )
+                ]
+            else:
+                batch = []
+            if batch:
+                store.add(batch)
+                model.update({r.key: r for r in batch})
+            if action >= 0.9 and model:  # delete some of the agent's newest (inside its last window)
+                victims = _newest(model, AGENT, 4)[: rng.randint(1, 4)]
+                store.delete(AGENT, [r.id for r in victims])
+                for r in victims:
+                    del model[r.key]
+            for scope in (AGENT, OWNER, SCOPES[3]):
+                limit = rng.choice([1, 3, 8])
+                assert store.list(scope, order="desc", limit=limit) == _newest(model, scope, limit), step
+        actions = {c.action for c in calls}
+        assert {"bounding times", "sampling the newest entries"} <= actions, "a shortcut was never taken"
+
+
+def test_a_window_falls_back_when_its_scope_is_not_in_the_tail(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall]
+) -> None:
+    mine = [make_record(AGENT, f"mine {m}", minute=m) for m in range(10)]
+    others = [make_record(SCOPES[2], f"other {m}", minute=100 + m) for m in range(200)]
+    with open_store() as store:
+        store.add(mine)
+        store.add(others)  # inserted after and newer: the tail and the time bound are all theirs
+        for _ in range(SKIPS_AFTER_A_MISS + 2):
+            calls.clear()
+            assert store.list(AGENT, order="desc", limit=4) == mine[::-1][:4]
+        tail_reads = [c for c in calls if c.action == "sampling the newest entries"]
+        assert tail_reads, "the shortcut is tried again after its skips"
+
+
+def test_a_large_scope_is_searched_without_a_where_and_a_small_one_with_it(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "SMALL_SELECTION", 10)
+    big = [make_record(OWNER.model_copy(update={"session_id": f"s{i % 3}"}), f"b{i}") for i in range(300)]
+    small = [make_record(SCOPES[3], f"x{i}") for i in range(12)]  # same user and agent, another tenant
+    vectors = random_vectors(len(big) + len(small), seed=3)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    with open_store() as store:
+        store.add(big, vectors[: len(big)])
+        store.add(small, vectors[len(big) :])
+        for scope, records, rows in (
+            (OWNER, big, range(len(big))),
+            (SCOPES[3], small, range(len(big), len(unit))),
+        ):
+            for query_row in (rows[0], rows[5], rows[-1]):
+                for _ in range(2):
+                    calls.clear()
+                    hits = store.search(scope, vector=vectors[query_row], limit=5)
+                    scores = unit[list(rows)] @ unit[query_row]
+                    expected = [records[i] for i in np.argsort(-scores)[:5]]
+                    assert [h.record for h in hits] == expected
+        calls.clear()
+        store.search(OWNER, vector=vectors[7], limit=5)
+        assert [c.method for c in calls] == ["query"] and "where" not in calls[0].kwargs
+        calls.clear()
+        store.search(SCOPES[3], vector=vectors[len(big)], limit=5)
+        assert all("where" in c.kwargs or "ids" in c.kwargs for c in calls), (
+            "a small scope's miss is remembered"
+        )
+        store.delete(OWNER, [big[7].id])
+        assert big[7] not in [h.record for h in store.search(OWNER, vector=vectors[7], limit=5)]
+
+
+def test_a_selective_filter_is_read_across_scopes_and_a_broad_one_with_the_scope(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "SMALL_SELECTION", 6)
+    pinned = {scope: make_record(scope, f"system of {scope}", role="system", minute=0) for scope in SCOPES}
+    turns = [make_record(scope, f"turn {i}", minute=i + 1) for i in range(20) for scope in SCOPES]
+    with open_store() as store:
+        store.add([*pinned.values(), *turns])
+        for scope in SCOPES:
+            calls.clear()
+            assert store.list(scope, filter={"role": "system"}, limit=1) == [pinned[scope]]
+            assert calls[0].action == "listing selected entries" and "scope.key" not in str(calls[0].kwargs)
+        user_turns = sorted((t for t in turns if t.scope == AGENT), key=lambda r: (r.created_at, r.id))
+        for _ in range(SKIPS_AFTER_A_MISS + 2):  # 80 user turns: more than SMALL_SELECTION
+            assert store.list(AGENT, filter={"role": "user"}) == user_turns
+        store.delete(AGENT, [pinned[AGENT].id])
+        assert store.list(AGENT, filter={"role": "system"}, limit=1) == []
+
+
+def test_a_missed_shortcut_is_skipped_for_a_while_then_tried_again() -> None:
+    misses = Misses()
+    assert misses.worth_trying("w")
+    misses.missed("w")
+    assert [misses.worth_trying("w") for _ in range(SKIPS_AFTER_A_MISS)] == [False] * SKIPS_AFTER_A_MISS
+    assert misses.worth_trying("w") and misses.worth_trying("other")
