@@ -145,8 +145,7 @@ class Scope(MemcoreModel):
 
     def digest(self) -> str:
         """A stable hex digest of all four fields, for folder and key names."""
-        canonical = json.dumps(self.as_tuple(), separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+        return _named(self.as_tuple())[0]
 
     def __str__(self) -> str:
         text = ",".join(f"{name}={value}" for name, value in self.items()) or "<everything>"
@@ -183,4 +182,29 @@ def storage_id(scope: Scope, record_id: UUID) -> UUID:
     same id in two scopes names two rows, and no scope can reach another's row by
     guessing its id. Deterministic (a UUID5 under the scope's :meth:`Scope.digest`).
     """
-    return uuid5(UUID(scope.digest()), str(record_id))
+    return uuid5(_named(scope.as_tuple())[1], str(record_id))
+
+
+def _named(values: tuple[str | None, ...]) -> tuple[str, UUID]:
+    """The :meth:`Scope.digest` of a scope with these four values, and that digest as a UUID.
+
+    Remembered for values that are all plain strings (or unset): stores name every record they
+    decode by its scope (~5 us a digest), and an agent's records share a few scopes. A value that
+    is not a ``str`` (a scope made with ``model_construct``) is digested each time: it could merely
+    compare equal to, and hash like, a remembered string.
+    """
+    plain = all(value is None or type(value) is str for value in values)
+    found = _NAMES.get(values) if plain else None
+    if found is None:
+        canonical = json.dumps(values, separators=(",", ":"))
+        digest = hashlib.sha256(canonical.encode()).hexdigest()[:32]
+        found = (digest, UUID(digest))
+        if plain:
+            if len(_NAMES) >= _NAMES_KEPT:
+                _NAMES.clear()
+            _NAMES[values] = found
+    return found
+
+
+_NAMES: dict[tuple[str | None, ...], tuple[str, UUID]] = {}
+_NAMES_KEPT = 4_096

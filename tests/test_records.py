@@ -7,13 +7,14 @@ import hashlib
 import itertools
 import json
 import pickle
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from memcore.errors import InvalidRecordError, ScopeError
 from memcore.records import FunctionCall, MemoryRecord, Message, ToolCall, utc_now
-from memcore.scope import DEFAULT_TENANT, Scope
+from memcore.scope import DEFAULT_TENANT, Scope, storage_id
 from memcore.validation import check_scope
 
 
@@ -194,6 +195,17 @@ def test_a_checked_scope_is_remembered_by_its_values_and_never_lets_a_bad_one_th
             check_scope(Scope.model_construct(tenant="t", user_id=["unhashable"]))
         with pytest.raises(ScopeError):  # equal to, and hashed like, the "u" remembered above
             check_scope(Scope.model_construct(tenant="t", user_id=_LooksLikeU()))
+
+
+def test_a_scope_digest_is_remembered_only_for_plain_strings() -> None:
+    good = Scope(tenant="t", user_id="u")
+    expected = hashlib.sha256(b'["t","u",null,null]').hexdigest()[:32]
+    assert good.digest() == expected == Scope(tenant="t", user_id="u").digest()  # computed, then remembered
+    record_id = uuid.uuid4()
+    assert storage_id(good, record_id) == uuid.uuid5(uuid.UUID(expected), str(record_id))
+    odd = Scope.model_construct(tenant="t", user_id=_LooksLikeU(), agent_id=None, session_id=None)
+    with pytest.raises(TypeError):  # not the remembered digest of "u": it is not JSON at all
+        odd.digest()
 
 
 def test_an_exact_scope_matches_its_own_level_only_and_copies_keep_it() -> None:
