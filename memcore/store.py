@@ -301,7 +301,8 @@ class BaseStore(ABC):
         batch = self._with_expiry(check_records(records), ttl)
         matrix = None
         if vectors is not None:
-            matrix = normalize_rows(check_vectors(vectors, len(batch), self._expected_dimension()))
+            checked = check_vectors(vectors, len(batch), self._expected_dimension(), copy=False)
+            matrix = normalize_rows(checked)
         if batch:
             yield from call(self._add, batch, matrix)
 

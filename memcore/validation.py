@@ -149,12 +149,14 @@ def check_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     return checked
 
 
-def check_vectors(vectors: Vectors, count: int, dimension: int | None) -> Matrix:
+def check_vectors(vectors: Vectors, count: int, dimension: int | None, *, copy: bool = True) -> Matrix:
     """Check vectors to write and return them as a C-contiguous float32 matrix.
 
     :param vectors: one vector per record.
     :param count: how many records they belong to.
     :param dimension: the store's dimension, or ``None`` if it has none yet.
+    :param copy: return a copy even of a float32 matrix (``False``: the caller copies it next,
+        as :func:`normalize_rows` does, and would otherwise hold two copies at once).
     :raises InvalidVectorError: for a count mismatch, ragged or empty vectors, NaN,
         infinities, values beyond float32 or all-zero vectors (cosine is undefined).
     :raises DimensionMismatchError: if the dimension differs from the store's.
@@ -170,26 +172,36 @@ def check_vectors(vectors: Vectors, count: int, dimension: int | None) -> Matrix
     if count == 0:
         return np.zeros((0, dimension or 0), dtype=np.float32)
     try:
-        matrix = np.asarray(vectors, dtype=np.float64)
+        matrix = _as_floats(vectors)
     except (ValueError, TypeError) as exc:
         raise InvalidVectorError(f"vectors must be equal-length sequences of numbers: {exc}") from None
     if matrix.ndim != 2:
         raise InvalidVectorError(f"expected one 1-d vector per record, got shape {matrix.shape}")
-    return _check_matrix(matrix, dimension)
+    return _check_matrix(matrix, dimension, copy)
 
 
 def check_query_vector(vector: Vector, dimension: int | None) -> Matrix:
     """Check one query vector; return it as a (1, d) float32 matrix (see :func:`check_vectors`)."""
     try:
-        array = np.asarray(vector, dtype=np.float64)
+        array = _as_floats(vector)
     except (ValueError, TypeError) as exc:
         raise InvalidVectorError(f"a query vector is a sequence of numbers: {exc}") from None
     if array.ndim != 1:
         raise InvalidVectorError(f"a query vector is 1-d, got shape {array.shape}")
-    return _check_matrix(array.reshape(1, -1), dimension)
+    return _check_matrix(array.reshape(1, -1), dimension, copy=True)
 
 
-def _check_matrix(matrix: npt.NDArray[np.float64], dimension: int | None) -> Matrix:
+def _as_floats(values: Vectors | Vector) -> npt.NDArray[np.float32] | npt.NDArray[np.float64]:
+    """``values`` as an array of floats: a float32 or float64 array as it is (checking it needs no
+    float64 copy, twice the batch's vectors at a write), anything else converted to float64."""
+    if isinstance(values, np.ndarray) and values.dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        return values
+    return np.asarray(values, dtype=np.float64)
+
+
+def _check_matrix(
+    matrix: npt.NDArray[np.float32] | npt.NDArray[np.float64], dimension: int | None, copy: bool
+) -> Matrix:
     if matrix.shape[1] == 0:
         raise InvalidVectorError("vectors must not be empty")
     if dimension is not None and matrix.shape[1] != dimension:
@@ -198,23 +210,31 @@ def _check_matrix(matrix: npt.NDArray[np.float64], dimension: int | None) -> Mat
         )
     if not np.isfinite(matrix).all():
         raise InvalidVectorError("vectors must not contain NaN or infinity")
-    if (np.abs(matrix) > _FLOAT32_MAX).any():
+    if matrix.dtype != np.float32 and ((matrix > _FLOAT32_MAX).any() or (matrix < -_FLOAT32_MAX).any()):
         raise InvalidVectorError("vector values must fit in float32")
-    result = np.ascontiguousarray(matrix, dtype=np.float32)
-    if not (np.abs(result).max(axis=1) > 0).all():
+    convert = np.array if copy else np.asarray  # np.array copies even a C-contiguous float32 matrix
+    result: Matrix = convert(matrix, dtype=np.float32, order="C")
+    if not result.any(axis=1).all():
         raise InvalidVectorError("all-zero vectors have no direction; cosine similarity is undefined")
     return result
 
 
 def normalize_rows(matrix: Matrix) -> Matrix:
-    """Rows scaled to unit length (for cosine similarity as a dot product).
+    """Rows scaled to unit length (for cosine similarity as a dot product), as a new matrix.
 
-    Computed in float64 so that vectors whose squares overflow float32 still
-    normalise correctly.
+    Computed in float64 so that vectors whose squares overflow float32 still normalise
+    correctly, :data:`_NORMALIZED_AT_ONCE` rows at a time: a float64 copy of a whole batch
+    would double what a write holds at its peak.
     """
-    wide = matrix.astype(np.float64)
-    norms = np.linalg.norm(wide, axis=1, keepdims=True)
-    return np.ascontiguousarray(wide / norms, dtype=np.float32)
+    result: Matrix = np.empty(matrix.shape, dtype=np.float32)
+    for start in range(0, len(matrix), _NORMALIZED_AT_ONCE):
+        wide = matrix[start : start + _NORMALIZED_AT_ONCE].astype(np.float64)
+        wide /= np.linalg.norm(wide, axis=1, keepdims=True)
+        result[start : start + _NORMALIZED_AT_ONCE] = wide
+    return result
+
+
+_NORMALIZED_AT_ONCE = 256
 
 
 TTL: TypeAlias = timedelta | int | float
