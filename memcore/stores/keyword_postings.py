@@ -10,6 +10,9 @@ rows of the reading scope only (:meth:`ScopedIndex.keyword_search`), exactly as
 
 from __future__ import annotations
 
+from array import array
+from typing import TypeAlias
+
 import numpy as np
 import numpy.typing as npt
 
@@ -17,10 +20,12 @@ from memcore.keywords import term_counts_unmemoised as term_counts
 
 _COUNT_BITS = 20
 _COUNT_MASK = (1 << _COUNT_BITS) - 1
+"""A term's count in one record fits: a record is at most 1 MiB, and each occurrence takes two bytes."""
 
-Entries = int | dict[int, int]
-"""A term's postings: ``row << 20 | count`` while one row holds it (most terms of a store are that
-rare, and one int costs a tenth of a dict), else a dict of row -> count."""
+Entries: TypeAlias = "int | array[int]"
+"""A term's postings, each ``row << 20 | count``: one int while one row holds the term (most terms
+of a store are that rare), else an ``array("q")`` of them in no order (8 bytes each, where a dict
+of row -> count cost ~60)."""
 
 
 class Postings:
@@ -37,9 +42,8 @@ class Postings:
             return None
         if isinstance(found, int):
             return np.array([found >> _COUNT_BITS], dtype=np.intp), np.array([found & _COUNT_MASK])
-        rows = np.fromiter(found.keys(), dtype=np.intp, count=len(found))
-        counts = np.fromiter(found.values(), dtype=np.int64, count=len(found))
-        return rows, counts
+        packed = np.array(found, dtype=np.int64)  # a copy: the array may grow while these are used
+        return (packed >> _COUNT_BITS).astype(np.intp), packed & _COUNT_MASK
 
     def add(self, row: int, text: str) -> None:
         """Index ``text`` as the content of ``row`` (which holds nothing indexed)."""
@@ -48,41 +52,49 @@ class Postings:
             self.lengths = np.resize(self.lengths, max(2 * len(self.lengths), row + 1))
         self.lengths[row] = length
         for term, count in counts.items():
-            self._set(term, row, count)
-
-    def _set(self, term: str, row: int, count: int) -> None:
-        found = self.rows.get(term)
-        if found is None and count <= _COUNT_MASK:
-            self.rows[term] = row << _COUNT_BITS | count
-        elif isinstance(found, dict):
-            found[row] = count
-        else:
-            entries = {} if found is None else {found >> _COUNT_BITS: found & _COUNT_MASK}
-            entries[row] = count
-            self.rows[term] = entries
-
-    def _pop(self, term: str, row: int) -> int:
-        """Forget that ``row`` holds ``term``; how often it did."""
-        found = self.rows[term]
-        if isinstance(found, int):
-            del self.rows[term]
-            return found & _COUNT_MASK
-        count = found.pop(row)
-        if len(found) == 1:
-            ((other, other_count),) = found.items()
-            if other_count <= _COUNT_MASK:
-                self.rows[term] = other << _COUNT_BITS | other_count
-        return count
+            entry = row << _COUNT_BITS | count
+            found = self.rows.get(term)
+            if found is None:
+                self.rows[term] = entry
+            elif isinstance(found, int):
+                self.rows[term] = array("q", (found, entry))
+            else:
+                found.append(entry)
 
     def discard(self, row: int, text: str) -> None:
         """Forget ``row``, whose indexed content is ``text``."""
-        for term in term_counts(text)[0]:
-            self._pop(term, row)
+        for term, count in term_counts(text)[0].items():
+            entry = row << _COUNT_BITS | count
+            found = self.rows[term]
+            if isinstance(found, int):
+                del self.rows[term]
+                continue
+            last = found.pop()
+            if last != entry:
+                found[_position(found, entry)] = last
+            if len(found) == 1:
+                self.rows[term] = found[0]
         self.lengths[row] = 0
 
     def move(self, source: int, target: int, text: str) -> None:
         """Renumber ``source`` (whose content is ``text``) as ``target``, a row that holds nothing."""
-        for term in term_counts(text)[0]:
-            self._set(term, target, self._pop(term, source))
+        for term, count in term_counts(text)[0].items():
+            entry = target << _COUNT_BITS | count
+            found = self.rows[term]
+            if isinstance(found, int):
+                self.rows[term] = entry
+            else:
+                found[_position(found, source << _COUNT_BITS | count)] = entry
         self.lengths[target] = self.lengths[source]
         self.lengths[source] = 0
+
+
+def _position(entries: array[int], entry: int) -> int:
+    """Where ``entry`` is in ``entries`` (it is there)."""
+    if len(entries) <= _SCANNED_IN_PYTHON:
+        return entries.index(entry)
+    return int(np.flatnonzero(np.frombuffer(entries, dtype=np.int64) == entry)[0])
+
+
+_SCANNED_IN_PYTHON = 32
+"""Up to this many postings, a term's are searched without numpy (whose call costs more)."""
