@@ -12,11 +12,13 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chroma_server import ChromaServer
 from chromadb.errors import NotFoundError
 from memcore_chroma import ChromaHttpStore, ChromaStore, connection, urls
+from memcore_chroma.calls import CollectionCall
 from memcore_chroma.store import ChromaStoreBase
 
 # No embedding model download, no telemetry: every vector comes from the tests.
@@ -74,3 +76,17 @@ def open_store(
     drop_collection(
         connection.http("127.0.0.1", server.port, False, address.tenant, address.database), collection_name
     )
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[CollectionCall]:
+    """Every collection call the sync API makes, in order."""
+    made: list[CollectionCall] = []
+    make = ChromaStoreBase._make
+
+    def spy(self: ChromaStoreBase, call: CollectionCall) -> Any:
+        made.append(call)
+        return make(self, call)
+
+    monkeypatch.setattr(ChromaStoreBase, "_make", spy)
+    return made

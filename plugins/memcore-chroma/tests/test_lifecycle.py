@@ -40,20 +40,6 @@ def _is_live(call: CollectionCall) -> bool:
     )
 
 
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[CollectionCall]:
-    """Every collection call the sync API makes, in order."""
-    made: list[CollectionCall] = []
-    make = ChromaStoreBase._make
-
-    def spy(self: ChromaStoreBase, call: CollectionCall) -> Any:
-        made.append(call)
-        return make(self, call)
-
-    monkeypatch.setattr(ChromaStoreBase, "_make", spy)
-    return made
-
-
 @pytest.mark.parametrize("small_selection", [0, reads.SMALL_SELECTION], ids=["hnsw", "exact"])
 def test_reads_check_expiry_on_what_they_decode_and_only_counts_ask_chroma(
     open_store: Callable[[], ChromaStoreBase],

@@ -4,7 +4,6 @@ by Chroma's HNSW search, and the same hits either way."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from memcore_chroma import reads
@@ -15,19 +14,6 @@ from memcore.scope import Scope
 from memcore.testing.helpers import make_record, random_vectors
 
 SMALL, LARGE = Scope(tenant="small", user_id="u"), Scope(tenant="large", user_id="u")
-
-
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[CollectionCall]:
-    made: list[CollectionCall] = []
-    make = ChromaStoreBase._make
-
-    def spy(self: ChromaStoreBase, call: CollectionCall) -> Any:
-        made.append(call)
-        return make(self, call)
-
-    monkeypatch.setattr(ChromaStoreBase, "_make", spy)
-    return made
 
 
 def test_a_small_selection_is_ranked_exactly_and_a_large_one_by_hnsw(

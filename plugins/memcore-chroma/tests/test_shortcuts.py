@@ -32,19 +32,6 @@ SCOPES = [
 OWNER = Scope(tenant="t", user_id="me", agent_id="a")
 
 
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[CollectionCall]:
-    made: list[CollectionCall] = []
-    make = ChromaStoreBase._make
-
-    def spy(self: ChromaStoreBase, call: CollectionCall) -> Any:
-        made.append(call)
-        return make(self, call)
-
-    monkeypatch.setattr(ChromaStoreBase, "_make", spy)
-    return made
-
-
 def _newest(model: dict[Any, MemoryRecord], scope: Scope, limit: int) -> list[MemoryRecord]:
     now = datetime.now(UTC)
     kept = [r for r in model.values() if scope.matches(r.scope) and r.is_live(now)]
