@@ -45,12 +45,25 @@ LISTING_SAMPLE = 2
 (or first) to bound what it reads (see :func:`newest_or_oldest`)."""
 
 BOUND_READ = 8
-"""A window's time bound is read alone (ids only) up to ``BOUND_READ * LISTING_SAMPLE * limit``
-entries, every scope's; beyond, with the scope's ``where`` (see :func:`newest_or_oldest`)."""
+"""A window's time bound is read alone up to ``BOUND_READ * LISTING_SAMPLE * limit`` entries (ids
+only) in :func:`newest_or_oldest`, ``BOUND_READ * limit`` (with documents and metadata) in
+:func:`newest_since`, every scope's; beyond, with the scope's ``where``, or not at all."""
 
 TAIL_SAMPLE = 4
 """:func:`newest_from_tail` looks for a scope's newest records among the ``TAIL_SAMPLE * limit``
 entries inserted last into the collection (every entry read costs: Chroma reads its metadata)."""
+
+SHORTCUT_WINDOW = 256
+"""The largest window the shortcuts of :mod:`~memcore_chroma.shortcuts` read (an agent's is a few
+dozen records; Chroma refuses a ``get`` of 32,766 ids, which ``TAIL_SAMPLE`` windows of 8,192 reach)."""
+
+UNFILTERED_CANDIDATES = 200
+"""The nearest entries :func:`unfiltered_search` asks Chroma for at least (twice Chroma's default
+``ef_search``: a scope holding half the collection is then explored as deeply as a filtered search
+explores it)."""
+
+UNFILTERED_READ = 4
+""":func:`unfiltered_search` reads at most ``UNFILTERED_READ * limit`` of the nearest entries."""
 
 SMALL_SELECTION = 256
 """A search whose ``where`` selects at most this many entries ranks them exactly
@@ -209,7 +222,7 @@ def newest_or_oldest(
 def newest_from_tail(owns: Owns, keep: Keep, limit: int) -> Session[list[MemoryRecord] | None]:
     """The records of a scope (``owns``) that ``keep`` keeps, among them the ``limit`` newest,
     found without a ``where`` over the scope; ``None`` if the entries inserted last do not hold
-    enough of its records to bound the window (then :func:`newest_or_oldest` lists the scope).
+    enough of its records to bound the window (then the caller reads it the sure way).
 
     Listing a scope's ids makes Chroma evaluate its ``where`` over every entry of the scope (an
     agent's whole history). Its newest records are usually among the entries inserted last into
@@ -338,25 +351,50 @@ def vector_search(
         fetch *= 4
 
 
-def unfiltered_search(query: Matrix, wanted: Keep, limit: int) -> Session[list[ScoredRecord] | None]:
-    """The ``limit`` records nearest ``query`` that ``wanted`` keeps (it must check the scope and
-    the filter too), among the collection's nearest entries searched with no ``where``; ``None``
-    if too few of those are wanted (then the caller searches under the ``where``).
+def unfiltered_search(
+    query: Matrix, owns: Owns, wanted: Keep, limit: int
+) -> Session[list[ScoredRecord] | None]:
+    """The ``limit`` records of a scope (``owns``) nearest ``query`` that ``wanted`` keeps, among
+    the collection's nearest entries searched with no ``where``; ``None`` if too few of the first
+    ``UNFILTERED_READ * limit`` of those are wanted (then the caller searches under the ``where``).
 
     Chroma evaluates a search's ``where`` over every entry it matches before its HNSW search: for
     a scope holding much of the collection (an agent that wrote half of it) that costs several
-    times the search. Unfiltered, its wanted hits are the best of the collection's nearest.
+    times the search. Unfiltered, its wanted hits are the best of the collection's nearest. The
+    nearest are asked as ids alone, :data:`UNFILTERED_CANDIDATES` of them at least, so that the
+    HNSW search explores as many of the scope's entries as a filtered one would; then they are read
+    by id, best first, a page at a time, and an entry of another scope is skipped on its metadata,
+    never decoded.
     """
-    fetch = max(limit * 4, MIN_OVERFETCH)
     found = yield from asked_again_if_an_entry_vanished(
         "searching the whole collection",
         "query",
         query_embeddings=query,
-        n_results=fetch,
-        include=["documents", "distances", "metadatas"],
+        n_results=max(limit * UNFILTERED_READ, UNFILTERED_CANDIDATES),
+        include=["distances"],
     )
-    hits = list(_hits(found, wanted, limit))
-    return hits if len(hits) == limit else None
+    nearest = list(zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True))
+    hits: list[ScoredRecord] = []
+    for page in chunks(nearest[: limit * UNFILTERED_READ], max(2 * limit, MIN_HIT_PAGE)):
+        read = yield from collection_call(
+            "reading the nearest entries",
+            "get",
+            ids=[entry for entry, _ in page],
+            include=["documents", "metadatas"],
+        )
+        entries = dict(
+            zip(read["ids"], zip(read["documents"] or [], read["metadatas"] or [], strict=True), strict=True)
+        )
+        for entry, distance in page:
+            document, meta = entries.get(entry, (None, None))
+            if document is None or not has_vector(meta) or not owns(meta):
+                continue  # deleted since, a stand-in, or another scope's
+            record = decode(entry, document)
+            if wanted(record):
+                hits.append(ScoredRecord.of(record, clamp_score(1.0 - distance)))
+                if len(hits) == limit:
+                    return hits
+    return None
 
 
 def _hits(found: Any, wanted: Keep, limit: int) -> Iterator[ScoredRecord]:

@@ -652,7 +652,7 @@ class ChromaStoreBase(BaseStore):
         keep = self._keeping(query.filter, in_time)
         descending = query.order == "desc"
         if where is not None and where == all_of(scope_clauses(scope)):
-            if descending and query.limit is not None:
+            if descending and query.limit is not None and query.limit <= reads.SHORTCUT_WINDOW:
                 window = yield from self._newest_window(scope, where, keep, query.limit)
                 if window is not None:
                     return window
@@ -733,6 +733,7 @@ class ChromaStoreBase(BaseStore):
         if self._unfiltered_misses.worth_trying(selection):
             hits = yield from reads.unfiltered_search(
                 query,
+                owned_by(scope),
                 lambda record: scope.matches(record.scope) and wanted(record) and evaluate(node, record),
                 limit,
             )

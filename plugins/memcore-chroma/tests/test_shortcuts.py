@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from memcore_chroma import reads
 from memcore_chroma.calls import CollectionCall
+from memcore_chroma.encoding import flat_metadata
+from memcore_chroma.reads import SHORTCUT_WINDOW
 from memcore_chroma.shortcuts import SKIPS_AFTER_A_MISS, Misses
 from memcore_chroma.store import ChromaStoreBase
 
@@ -119,7 +121,8 @@ def test_a_large_scope_is_searched_without_a_where_and_a_small_one_with_it(
                     assert [h.record for h in hits] == expected
         calls.clear()
         store.search(OWNER, vector=vectors[7], limit=5)
-        assert [c.method for c in calls] == ["query"] and "where" not in calls[0].kwargs
+        assert [c.method for c in calls] == ["query", "get"] and "where" not in calls[0].kwargs
+        assert calls[0].kwargs["include"] == ["distances"] and "ids" in calls[1].kwargs
         calls.clear()
         store.search(SCOPES[3], vector=vectors[len(big)], limit=5)
         assert all("where" in c.kwargs or "ids" in c.kwargs for c in calls), (
@@ -154,3 +157,38 @@ def test_a_missed_shortcut_is_skipped_for_a_while_then_tried_again() -> None:
     misses.missed("w")
     assert [misses.worth_trying("w") for _ in range(SKIPS_AFTER_A_MISS)] == [False] * SKIPS_AFTER_A_MISS
     assert misses.worth_trying("w") and misses.worth_trying("other")
+
+
+def test_an_unfiltered_search_never_decodes_another_tenants_entry(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall]
+) -> None:
+    mine, theirs = Scope(tenant="ta", user_id="u"), Scope(tenant="tb", user_id="u")
+    vectors = random_vectors(600, seed=1, dim=8)
+    with open_store() as store:
+        own = [make_record(mine, f"a{i}") for i in range(300)]
+        store.add(own, vectors[:300])
+        store.add([make_record(theirs, f"b{i}") for i in range(300)], vectors[300:])
+        # the other tenant's entry that memcore cannot decode (another tool's), nearest the query
+        store._collection.add(
+            ids=["not-a-memcore-entry"],
+            embeddings=[vectors[0].tolist()],
+            documents=["{broken"],
+            metadatas=[flat_metadata(make_record(theirs, "x"), True)],
+        )
+        for _ in range(2):
+            hits = store.search(mine, vector=vectors[0], limit=5)
+            assert hits[0].record == own[0] and all(h.record.scope == mine for h in hits)
+        assert "reading the nearest entries" in {c.action for c in calls}, "the shortcut was not taken"
+
+
+def test_a_window_larger_than_the_shortcuts_read_is_read_the_sure_way(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall]
+) -> None:
+    records = [make_record(AGENT, f"turn {m}", minute=m) for m in range(SHORTCUT_WINDOW + 20)]
+    with open_store() as store:
+        store.add(records)
+        calls.clear()
+        assert (
+            store.list(AGENT, order="desc", limit=SHORTCUT_WINDOW + 1) == records[::-1][: SHORTCUT_WINDOW + 1]
+        )
+        assert not {"bounding times", "listing the newest entries"} & {c.action for c in calls}
