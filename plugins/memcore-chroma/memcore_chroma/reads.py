@@ -57,11 +57,6 @@ SHORTCUT_WINDOW = 256
 """The largest window the shortcuts of :mod:`~memcore_chroma.shortcuts` read (an agent's is a few
 dozen records; Chroma refuses a ``get`` of 32,766 ids, which ``TAIL_SAMPLE`` windows of 8,192 reach)."""
 
-UNFILTERED_CANDIDATES = 200
-"""The nearest entries :func:`unfiltered_search` asks Chroma for at least (twice Chroma's default
-``ef_search``: a scope holding half the collection is then explored as deeply as a filtered search
-explores it)."""
-
 UNFILTERED_READ = 4
 """:func:`unfiltered_search` reads at most ``UNFILTERED_READ * limit`` of the nearest entries."""
 
@@ -361,16 +356,15 @@ def unfiltered_search(
     Chroma evaluates a search's ``where`` over every entry it matches before its HNSW search: for
     a scope holding much of the collection (an agent that wrote half of it) that costs several
     times the search. Unfiltered, its wanted hits are the best of the collection's nearest. The
-    nearest are asked as ids alone, :data:`UNFILTERED_CANDIDATES` of them at least, so that the
-    HNSW search explores as many of the scope's entries as a filtered one would; then they are read
-    by id, best first, a page at a time, and an entry of another scope is skipped on its metadata,
-    never decoded.
+    nearest are asked as ids alone (as many as :func:`vector_search` over-fetches, so that Chroma
+    explores as far as the collection's ``ef_search`` says), then read by id, best first, a page at
+    a time; an entry of another scope is skipped on its metadata, never decoded.
     """
     found = yield from asked_again_if_an_entry_vanished(
         "searching the whole collection",
         "query",
         query_embeddings=query,
-        n_results=max(limit * UNFILTERED_READ, UNFILTERED_CANDIDATES),
+        n_results=max(limit * UNFILTERED_READ, MIN_OVERFETCH),
         include=["distances"],
     )
     nearest = list(zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True))
