@@ -277,6 +277,13 @@ def newest_since(bound: int, owns: Owns, keep: Keep, limit: int) -> Session[list
     return kept if len(kept) >= limit else None
 
 
+def few_listed(action: str, where: Where | None) -> Session[list[str] | None]:
+    """The ids of the entries ``where`` selects if at most :data:`SMALL_SELECTION`, else ``None``."""
+    listed = yield from collection_call(action, "get", where=where, include=[], limit=SMALL_SELECTION + 1)
+    ids: list[str] = listed["ids"]
+    return None if len(ids) > SMALL_SELECTION else ids
+
+
 def selected_across_scopes(where: Where, owns: Owns, keep: Keep) -> Session[list[MemoryRecord] | None]:
     """The records of a scope (``owns``) that ``where`` (a filter, without the scope's clauses)
     selects and ``keep`` keeps, read across every scope; ``None`` if ``where`` selects more than
@@ -285,15 +292,11 @@ def selected_across_scopes(where: Where, owns: Owns, keep: Keep) -> Session[list
     A scope's clause makes Chroma evaluate it over every entry of the scope; a selective filter
     alone (the pinned system message of a session) selects a few entries of the whole collection.
     """
-    listed = yield from collection_call(
-        "listing selected entries", "get", where=where, include=[], limit=SMALL_SELECTION + 1
-    )
-    if len(listed["ids"]) > SMALL_SELECTION:
-        return None
-    if not listed["ids"]:
-        return []
+    listed = yield from few_listed("listing selected entries", where)
+    if not listed:
+        return None if listed is None else []
     found = yield from collection_call(
-        "reading selected records", "get", ids=listed["ids"], include=["documents", "metadatas"]
+        "reading selected records", "get", ids=listed, include=["documents", "metadatas"]
     )
     return [
         record
@@ -439,15 +442,11 @@ def small_selection_search(
     only of the best, a few at a time. ``wanted`` must check what ``where`` says but the scope:
     an entry may have changed between the listing and the reads.
     """
-    listed = yield from collection_call(
-        "listing candidates", "get", where=where, include=[], limit=SMALL_SELECTION + 1
-    )
-    if len(listed["ids"]) > SMALL_SELECTION:
-        return None
-    if not listed["ids"]:
-        return []
+    listed = yield from few_listed("listing candidates", where)
+    if not listed:
+        return None if listed is None else []
     found = yield from asked_again_if_an_entry_vanished(
-        "searching exactly", "get", ids=listed["ids"], include=["embeddings"]
+        "searching exactly", "get", ids=listed, include=["embeddings"]
     )
     if not found["ids"]:
         return []
