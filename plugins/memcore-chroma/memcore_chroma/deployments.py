@@ -31,6 +31,7 @@ from memcore_chroma.opening import (
     META_INDEX_DIMENSION,
     check_collection_name,
     check_ef_search,
+    ef_search_of,
     int_value,
     settled,
 )
@@ -274,7 +275,8 @@ class ChromaHttpStore(ChromaStoreBase):
         ):
             # Only stand-ins indexed so far, in another size: reading the metadata anew is sync.
             return await self._worker_pool().run(self._search, scope, request)
-        return await self._read(self._search_session(scope, request))
+        # The handle as last fetched: a server applies a changed ef_search only once it restarts.
+        return await self._read(self._search_session(scope, request, ef_search_of(self._collection)))
 
     def _close(self) -> None:
         self._reader.close()

@@ -694,10 +694,19 @@ class ChromaStoreBase(BaseStore):
     def _search(self, scope: Scope, request: SearchQuery) -> list[ScoredRecord]:
         if request.vector is not None and not self._indexes_vectors_of(request.vector.shape[1]):
             return []
-        return self._run(self._search_session(scope, request))
+        # Read through a handle fetched anew if the client restarted: another store of this
+        # process may have changed the setting a moment ago (it restarts the client to apply it).
+        ef_search = self._call("reading the collection's ef_search", ef_search_of)
+        return self._run(self._search_session(scope, request, ef_search))
 
-    def _search_session(self, scope: Scope, request: SearchQuery) -> Session[list[ScoredRecord]]:
-        """The search, once :meth:`_indexes_vectors_of` said the index may hold the query's vectors."""
+    def _search_session(
+        self, scope: Scope, request: SearchQuery, ef_search: int | None
+    ) -> Session[list[ScoredRecord]]:
+        """The search, once :meth:`_indexes_vectors_of` said the index may hold the query's vectors.
+
+        :param ef_search: the collection's setting (``None``: Chroma's default), which sets how
+            many nearest entries a search without a ``where`` asks for.
+        """
         query, text, node, limit = request.vector, request.text, request.filter, request.limit
         compiled = compile_filter(node)
         if compiled.nothing:
@@ -736,6 +745,7 @@ class ChromaStoreBase(BaseStore):
                 owned_by(scope),
                 lambda record: scope.matches(record.scope) and wanted(record) and evaluate(node, record),
                 limit,
+                ef_search,
             )
             if hits is not None:
                 return hits

@@ -9,14 +9,16 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from memcore_chroma import reads
 from memcore_chroma.calls import CollectionCall
+from memcore_chroma.deployments import ChromaMemoryStore, ChromaStore
 from memcore_chroma.encoding import flat_metadata
-from memcore_chroma.reads import SHORTCUT_WINDOW
+from memcore_chroma.reads import MIN_OVERFETCH, SHORTCUT_WINDOW
 from memcore_chroma.shortcuts import SKIPS_AFTER_A_MISS, Misses
 from memcore_chroma.store import ChromaStoreBase
 
@@ -192,3 +194,43 @@ def test_a_window_larger_than_the_shortcuts_read_is_read_the_sure_way(
             store.list(AGENT, order="desc", limit=SHORTCUT_WINDOW + 1) == records[::-1][: SHORTCUT_WINDOW + 1]
         )
         assert not {"bounding times", "listing the newest entries"} & {c.action for c in calls}
+
+
+def test_a_large_scope_searched_without_a_where_finds_its_true_nearest(calls: list[CollectionCall]) -> None:
+    """At half the collection, the scope's nearest among the collection's nearest are as good as a
+    filtered search's: the unfiltered search asks twice ``ef_search`` nearest (200 by default).
+    Asking only its over-fetch (64) missed 10-18 of these 600 true hits; this misses 0-2."""
+    rng = np.random.default_rng(5)
+    vectors = random_vectors(4_000, seed=5, dim=48)
+    mine = rng.random(len(vectors)) < 0.5
+    scope, other = Scope(tenant="a", user_id="u"), Scope(tenant="b", user_id="u")
+    records = [make_record(scope if own else other, f"r{i}") for i, own in enumerate(mine)]
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    rows = np.flatnonzero(mine)
+    missed = 0
+    with ChromaMemoryStore() as store:
+        store.add(records, vectors)
+        for query in rng.standard_normal((60, 48)).astype(np.float32):
+            calls.clear()
+            found = {h.record.id for h in store.search(scope, vector=query, limit=10)}
+            truth = {
+                records[i].id for i in rows[np.argsort(-(unit[rows] @ (query / np.linalg.norm(query))))[:10]]
+            }
+            missed += len(truth - found)
+            asked = [c for c in calls if c.method == "query"]
+            assert len(asked) == 1 and "where" not in asked[0].kwargs and asked[0].kwargs["n_results"] == 200
+    assert missed <= 5
+
+
+def test_the_unfiltered_search_asks_twice_the_collections_ef_search(
+    tmp_path: Path, calls: list[CollectionCall], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "SMALL_SELECTION", 10)
+    vectors = random_vectors(400, seed=8)
+    records = [make_record(Scope(tenant="a" if i % 2 else "b", user_id="u"), f"r{i}") for i in range(400)]
+    for ef_search, asked in ((300, 600), (10, MIN_OVERFETCH)):  # a narrow setting still narrows
+        with ChromaStore(tmp_path / f"ef{ef_search}", ef_search=ef_search) as store:
+            store.add(records, vectors)
+            calls.clear()
+            store.search(Scope(tenant="a"), vector=vectors[0], limit=5)
+            assert [c.kwargs["n_results"] for c in calls if c.method == "query"] == [asked]
