@@ -137,19 +137,7 @@ class MetadataColumn:
     def may_match(self, op: str, value: object) -> bool:
         """Whether ``op value`` can match a row, answered from the bounds and string codes alone
         (no array is read): ``False`` only when no row matches, so a search skips the partition."""
-        test = _BOUND_TESTS.get(op)
-        if test is not None:
-            if not is_number(value):
-                return False
-            if self.inexact or _inexact(value):
-                return True
-            bound = float(value)  # type: ignore[arg-type]
-            # Both bounds failing means every number between them does.
-            return test(self.highest, bound) or test(self.lowest, bound)
-        if op in ("$eq", "$in") and not self.lists:
-            values = value if isinstance(value, tuple) else (value,)
-            return not all(isinstance(v, str) and v not in self.string_codes for v in values)
-        return True
+        return bounds_test(op, value)(self)
 
     def _any_equal(self, values: tuple[object, ...], size: int) -> Mask | None:
         types = self.types[:size]
@@ -182,6 +170,35 @@ class MetadataColumn:
             if row < size and not wanted.isdisjoint(items):
                 matches[row] = True
         return matches
+
+
+def bounds_test(op: str, value: object) -> Callable[[MetadataColumn], bool]:
+    """:meth:`MetadataColumn.may_match` for ``op value``, with the value checked once: a filtered
+    read over a wide scope asks it of every partition's column, so the test itself stays cheap."""
+    test = _BOUND_TESTS.get(op)
+    if test is not None:
+        if not is_number(value):
+            return _never
+        if _inexact(value):
+            return _always
+        bound = float(value)  # type: ignore[arg-type]
+        # Both bounds failing means every number between them does.
+        return lambda column: (
+            bool(column.inexact) or test(column.highest, bound) or test(column.lowest, bound)
+        )
+    if op in ("$eq", "$in"):
+        values = value if isinstance(value, tuple) else (value,)
+        if all(isinstance(v, str) for v in values):
+            return lambda column: bool(column.lists) or any(v in column.string_codes for v in values)
+    return _always
+
+
+def _always(column: MetadataColumn) -> bool:
+    return True
+
+
+def _never(column: MetadataColumn) -> bool:
+    return False
 
 
 def _inexact(value: object) -> bool:

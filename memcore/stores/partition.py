@@ -41,7 +41,7 @@ from memcore.queries import Order
 from memcore.records import NEVER_EXPIRES, MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.stores.keyword_postings import Postings
-from memcore.stores.metadata_columns import MetadataColumn
+from memcore.stores.metadata_columns import MetadataColumn, bounds_test
 from memcore.stores.vector_blocks import VectorBlocks
 from memcore.validation import Matrix
 
@@ -577,19 +577,6 @@ class Partition:
         combine = np.logical_and if isinstance(node, And) else np.logical_or
         return combine.reduce([m for m in masks if m is not None])  # type: ignore[no-any-return]
 
-    def may_match(self, node: Filter | None) -> bool:
-        """Whether some row may match ``node``: ``False`` only when metadata bounds or string
-        codes rule every row out, so a read skips this partition without building a mask."""
-        if isinstance(node, Comparison):
-            if not node.field.startswith(METADATA_PREFIX):
-                return True
-            return self._metadata_column(node.field[len(METADATA_PREFIX) :]).may_match(node.op, node.value)
-        if isinstance(node, And):
-            return all(self.may_match(clause) for clause in node.clauses)
-        if isinstance(node, Or):
-            return any(self.may_match(clause) for clause in node.clauses)
-        return True  # no filter, or a negation: its clause ruling rows out rules them in
-
     def _time_column(self, field: str) -> npt.NDArray[np.int64] | None:
         """The microsecond column of a time field (``created_at``, ``expires_at``), if it has one."""
         column = {"created_at": self.timestamps, "expires_at": self.expiries}.get(field)
@@ -597,7 +584,7 @@ class Partition:
 
     def _comparison_mask(self, node: Comparison) -> npt.NDArray[np.bool_] | None:
         if node.field.startswith(METADATA_PREFIX):
-            return self._metadata_column(node.field[len(METADATA_PREFIX) :]).mask(
+            return self.metadata_column(node.field[len(METADATA_PREFIX) :]).mask(
                 node.op, node.value, self.size
             )
         micros = self._time_column(node.field)
@@ -626,7 +613,7 @@ class Partition:
         matches: npt.NDArray[np.bool_] = table[column]
         return ~matches if node.op in ("$ne", "$nin") else matches
 
-    def _metadata_column(self, key: str) -> MetadataColumn:
+    def metadata_column(self, key: str) -> MetadataColumn:
         """The typed columns of metadata ``key``, built from the records the first time a filter asks."""
         column = self.metadata.get(key)
         if column is None:
@@ -641,3 +628,23 @@ class Partition:
         the metadata dict of a record a read returned)."""
         metadata = json.loads(self.encoded[row]).get("metadata") or {}
         return metadata.get(key, MISSING)
+
+
+def match_test(node: Filter | None) -> Callable[[Partition], bool]:
+    """Whether a partition may hold a row matching ``node``: ``False`` only when metadata bounds
+    or string codes rule every row out, so a read skips the partition without building a mask.
+    Built once per read, so that the filter is taken apart once rather than per partition."""
+    if isinstance(node, Comparison):
+        if not node.field.startswith(METADATA_PREFIX):
+            return _any_partition
+        key, test = node.field[len(METADATA_PREFIX) :], bounds_test(node.op, node.value)
+        return lambda partition: test(partition.metadata_column(key))
+    if isinstance(node, And | Or):
+        tests = [match_test(clause) for clause in node.clauses]
+        combine = all if isinstance(node, And) else any
+        return lambda partition: combine(test(partition) for test in tests)
+    return _any_partition  # no filter, or a negation: its clause ruling rows out rules them in
+
+
+def _any_partition(partition: Partition) -> bool:
+    return True

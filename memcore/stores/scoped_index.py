@@ -30,7 +30,7 @@ from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import text_matches
-from memcore.stores.partition import ID_LOW_BITS, Partition, RecordCache, Rows, session_code
+from memcore.stores.partition import ID_LOW_BITS, Partition, RecordCache, Rows, match_test, session_code
 from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
@@ -139,16 +139,18 @@ class ScopedIndex:
     def select(self, scope: Scope, now: int | None, node: Filter | None = None) -> Selection:
         """The partitions visible through ``scope``, each with the mask of its rows in the scope
         and not expired at ``now`` (epoch microseconds; ``None``: expired rows too); without
-        those where no row can match ``node`` (:meth:`Partition.may_match`)."""
+        those where no row can match ``node`` (:func:`match_test`). A scope naming fewer than
+        all three owner fields lists its partitions in the order of their owners' fields."""
+        may_match = match_test(node)
         if scope.is_everything:
             return [
                 (partition, mask)
                 for partition in self._partitions.values()
-                if partition.may_match(node) and ((mask := partition.live_mask(now)) is None or mask.any())
+                if may_match(partition) and ((mask := partition.live_mask(now)) is None or mask.any())
             ]
         if scope.is_exact:
             exact = self._partitions.get(_owner_key(scope))
-            if exact is None or not exact.may_match(node):
+            if exact is None or not may_match(exact):
                 return []
             rows = exact.exact_session_mask(scope.session_id)
             live = exact.live_mask(now)
@@ -157,7 +159,7 @@ class ScopedIndex:
             return [(exact, rows)] if rows.any() else []
         selection = []
         for partition in self._owned_within(scope):
-            if not partition.may_match(node):
+            if not may_match(partition):
                 continue
             mask = partition.session_mask(scope)
             live = partition.live_mask(now)
@@ -165,12 +167,13 @@ class ScopedIndex:
                 mask = live if mask is None else mask & live
             if mask is None or mask.any():
                 selection.append((partition, mask))
+        # Sorted once the filter has ruled partitions out: most of a wide scope's, for a selective one.
+        selection.sort(key=lambda chosen: _listing_order(chosen[0].owner))
         return selection
 
-    def _owned_within(self, scope: Scope, *, in_order: bool = True) -> list[Partition]:
+    def _owned_within(self, scope: Scope) -> list[Partition]:
         """The partitions of the owners ``scope`` (not :meth:`Scope.everything`) covers, whole or
-        in part (a scope naming a session sees part of its owner's), in listing order unless
-        ``in_order`` is false."""
+        in part (a scope naming a session sees part of its owner's), in no particular order."""
         if scope.is_exact or (scope.user_id is not None and scope.agent_id is not None):
             owner = self._partitions.get(_owner_key(scope))  # every owner field is fixed: one owner
             return [] if owner is None else [owner]
@@ -184,16 +187,11 @@ class ScopedIndex:
             owners = named[0]  # a tenant-wide scope: the tenant's owners as they are, uncopied
         elif named:
             owners = set.intersection(*named)
-        if in_order:
-            owners = sorted(owners, key=_listing_order)
         return [self._partitions[key] for key in owners]
 
     def _rows(self, scope: Scope, ids: list[UUID], now: int | None) -> Iterator[tuple[Partition, int]]:
         """The partition and row of every record of ``ids`` visible through ``scope`` and live at ``now``."""
-        if scope.is_everything:
-            partitions = list(self._partitions.values())
-        else:
-            partitions = self._owned_within(scope, in_order=False)
+        partitions = list(self._partitions.values()) if scope.is_everything else self._owned_within(scope)
         if len(ids) > _IDS_ONE_BY_ONE and len(ids) * len(partitions) > _LOOKUPS_ONE_BY_ONE:
             partitions = _holding(partitions, ids)
         for record_id in ids:

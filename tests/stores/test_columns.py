@@ -81,6 +81,33 @@ def test_metadata_masks_match_the_reference_evaluator(
     assert index.count(SCOPE, node, None) == len(expected)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(values, min_size=1, max_size=12), filters)
+def test_a_wide_filtered_read_skips_only_owners_where_no_row_matches(
+    stored: list[object], spec: dict[str, object]
+) -> None:
+    """Records spread over three owners: a tenant-wide list, count and search skip an owner on its
+    bounds alone, and still return exactly what the reference evaluator keeps, in owner order."""
+    owners = [Scope(tenant="t", user_id=f"u{n}", agent_id="a") for n in range(3)]
+    records = [
+        _record(value, number).model_copy(update={"scope": owners[number % 3]})
+        for number, value in enumerate(stored)
+    ]
+    index = ScopedIndex()
+    vectors = np.random.default_rng(len(stored)).standard_normal((len(records), 4)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index.upsert(records, vectors)
+    node, tenant = parse_filter(spec), Scope(tenant="t")
+    expected = [r.id for r in records if evaluate(node, r)]
+    listed = index.ordered(tenant, ListQuery(node, "asc"), None)
+    assert sorted(r.id for r in listed) == sorted(expected)
+    assert index.count(tenant, node, None) == len(expected)
+    found = index.search(tenant, SearchQuery(vectors[:1], None, node, len(records)), None)
+    assert sorted(hit.record.id for hit in found) == sorted(expected)
+    selected = [partition.owner for partition, _ in index.select(tenant, None, node)]
+    assert selected == sorted(selected, key=lambda owner: owner[1] or "")
+
+
 def test_a_partition_no_row_can_match_is_skipped_without_reading_its_rows() -> None:
     index = ScopedIndex()
     owners = [Scope(tenant="t", user_id=f"u{n}") for n in range(3)]
@@ -100,6 +127,22 @@ def test_a_partition_no_row_can_match_is_skipped_without_reading_its_rows() -> N
     assert selected({"metadata.s": "v1"}) == [owners[1]]
     assert selected({"metadata.k": {"$lt": 0}}) == []
     assert selected({"$not": {"metadata.k": {"$lt": 0}}}) == owners
+
+
+def test_the_owners_left_after_skipping_are_read_in_the_order_of_their_fields() -> None:
+    index = ScopedIndex()
+    owners = [Scope(tenant="t", user_id=f"u{n:02}") for n in range(24)]
+    message = Message(role="user", content="m")
+    index.upsert(
+        [
+            MemoryRecord(scope=o, message=message, metadata={"k": n})
+            for n, o in reversed(list(enumerate(owners)))
+        ],
+        None,
+    )
+    node = parse_filter({"metadata.k": {"$gte": 4}})
+    selected = [p.scope_of(0) for p, _ in index.select(Scope(tenant="t"), None, node)]
+    assert selected == owners[4:]
 
 
 def test_a_column_declines_numbers_float64_cannot_hold_and_answers_the_rest() -> None:
