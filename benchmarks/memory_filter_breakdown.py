@@ -1,0 +1,102 @@
+"""Where a selective metadata filter's search spends its time in ``memory://`` (issue 25's 1 % target).
+
+    .venv/bin/python benchmarks/memory_filter_breakdown.py --records 100000
+
+Loads ``memcore bench``'s dataset (random 384-d vectors; ``metadata.bucket`` follows the owner, so
+``bucket < 1`` selects one of a tenant's 100 owner partitions whole) and times, p50 over
+``--searches`` calls of the same tenant-wide search with ``limit=10``:
+
+- ``store.search`` as the bench calls it (the filter as a dict) and with the filter parsed once;
+- the index's search alone (no scope check, vector validation or filter parsing);
+- the index's selection of partitions alone (the other 99 ruled out on their bounds);
+- the one partition's products with the query, and the numpy floor: the same rows' products and
+  their top 10, which is what the bench's floor column times.
+
+Prints JSON, in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from memcore import Scope, open_store
+from memcore.bench.dataset import TENANT, record
+from memcore.filters import parse_filter
+from memcore.queries import SearchQuery
+from memcore.stores.in_memory import InMemoryStore
+
+DIM = 384
+
+
+def _p50_us(call: Callable[[int], Any], searches: int) -> float:
+    times = []
+    for i in range(searches):
+        began = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - began)
+    return round(statistics.median(times) * 1e6, 1)
+
+
+def measure(records: int, searches: int) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((records, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = rng.standard_normal((100, DIM)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    store = open_store("memory://")
+    assert isinstance(store, InMemoryStore)
+    for start in range(0, records, 1000):
+        stop = min(start + 1000, records)
+        store.add([record(i) for i in range(start, stop)], vectors[start:stop])
+    spec = {"metadata.bucket": {"$lt": 1}}
+    node, tenant = parse_filter(spec), Scope(tenant=TENANT)
+    index = store._index  # the breakdown times the layer under the public API on purpose
+    partition = index.select(tenant, None, node)[0][0]
+    floor_rows = vectors[np.arange(records) % 100 < 1]
+
+    def query(i: int) -> Any:
+        return queries[i % len(queries)]
+
+    return {
+        "records": records,
+        "us_p50": {
+            "store_search_dict_filter": _p50_us(
+                lambda i: store.search(tenant, vector=query(i), filter=spec, limit=10), searches
+            ),
+            "store_search_parsed_filter": _p50_us(
+                lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), searches
+            ),
+            "index_search": _p50_us(
+                lambda i: index.search(tenant, SearchQuery(query(i)[None, :], None, node, 10), None), searches
+            ),
+            "index_select": _p50_us(lambda i: index.select(tenant, None, node), searches),
+            "partition_products": _p50_us(
+                lambda i: partition.vectors.products(query(i), partition.size), searches
+            ),
+            "numpy_floor": _p50_us(lambda i: np.argpartition(-(floor_rows @ query(i)), 9)[:10], searches),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--searches", type=int, default=3000)
+    args = parser.parse_args(argv)
+    json.dump(measure(args.records, args.searches), sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
