@@ -3,14 +3,16 @@
     .venv/bin/python benchmarks/memory_filter_breakdown.py --records 100000
 
 Loads ``memcore bench``'s dataset (random 384-d vectors; ``metadata.bucket`` follows the owner, so
-``bucket < 1`` selects one of a tenant's 100 owner partitions whole) and times, p50 over
-``--searches`` calls of the same tenant-wide search with ``limit=10``:
+``bucket < 1`` selects one of a tenant's 100 owner partitions whole, ``bucket < 10`` ten) and
+times, p50 over ``--searches`` calls of the same tenant-wide search with ``limit=10`` under the
+filter ``bucket < --percent``:
 
 - ``store.search`` as the bench calls it (the filter as a dict) and with the filter parsed once;
 - the index's search alone (no scope check, vector validation or filter parsing);
-- the index's selection of partitions alone (the other 99 ruled out on their bounds);
-- the one partition's products with the query, and the numpy floor: the same rows' products and
-  their top 10, which is what the bench's floor column times.
+- the index's selection of partitions alone (the others ruled out on their bounds);
+- the first selected partition's products with the query, and the numpy floor: the selected
+  rows' products and their top 10, which is what the bench's floor column times, with BLAS's
+  default threads (as the bench runs it) and on one thread (as the store's search runs BLAS).
 
 Prints JSON, in microseconds.
 """
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from memcore import Scope, open_store
 from memcore.bench.dataset import TENANT, record
@@ -45,7 +48,7 @@ def _p50_us(call: Callable[[int], Any], searches: int) -> float:
     return round(statistics.median(times) * 1e6, 1)
 
 
-def measure(records: int, searches: int) -> dict[str, Any]:
+def measure(records: int, percent: int, searches: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((records, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -56,17 +59,23 @@ def measure(records: int, searches: int) -> dict[str, Any]:
     for start in range(0, records, 1000):
         stop = min(start + 1000, records)
         store.add([record(i) for i in range(start, stop)], vectors[start:stop])
-    spec = {"metadata.bucket": {"$lt": 1}}
+    spec = {"metadata.bucket": {"$lt": percent}}
     node, tenant = parse_filter(spec), Scope(tenant=TENANT)
     index = store._index  # the breakdown times the layer under the public API on purpose
     partition = index.select(tenant, None, node)[0][0]
-    floor_rows = vectors[np.arange(records) % 100 < 1]
+    floor_rows = vectors[np.arange(records) % 100 < percent]
 
     def query(i: int) -> Any:
         return queries[i % len(queries)]
 
+    def floor(i: int) -> Any:
+        return np.argpartition(-(floor_rows @ query(i)), 9)[:10]
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        floor_one_thread = _p50_us(floor, searches)
     return {
         "records": records,
+        "percent": percent,
         "us_p50": {
             "store_search_dict_filter": _p50_us(
                 lambda i: store.search(tenant, vector=query(i), filter=spec, limit=10), searches
@@ -81,7 +90,8 @@ def measure(records: int, searches: int) -> dict[str, Any]:
             "partition_products": _p50_us(
                 lambda i: partition.vectors.products(query(i), partition.size), searches
             ),
-            "numpy_floor": _p50_us(lambda i: np.argpartition(-(floor_rows @ query(i)), 9)[:10], searches),
+            "numpy_floor": _p50_us(floor, searches),
+            "numpy_floor_one_blas_thread": floor_one_thread,
         },
     }
 
@@ -91,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--percent", type=int, default=1, help="the filter selects this share")
     parser.add_argument("--searches", type=int, default=3000)
     args = parser.parse_args(argv)
-    json.dump(measure(args.records, args.searches), sys.stdout, indent=2)
+    json.dump(measure(args.records, args.percent, args.searches), sys.stdout, indent=2)
     print()
     return 0
 
