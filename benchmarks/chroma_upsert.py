@@ -42,7 +42,7 @@ DOCUMENT = json.dumps(
 )
 
 
-def _memcore_shaped(row: int) -> dict[str, Any]:
+def memcore_shaped(row: int) -> dict[str, Any]:
     """The flat metadata memcore-chroma writes for a turn with no metadata of its own."""
     return {
         "scope.tenant": "bench",
@@ -67,7 +67,7 @@ def _upsert(collection: Any, rng: np.random.Generator, rows: range, shaped: bool
     }
     if shaped:
         arguments["documents"] = [DOCUMENT] * count
-        arguments["metadatas"] = [_memcore_shaped(row) for row in rows]
+        arguments["metadatas"] = [memcore_shaped(row) for row in rows]
     else:
         arguments["metadatas"] = [{"a": row} for row in rows]
     collection.upsert(**arguments)
