@@ -9,6 +9,7 @@ filter ``bucket < --percent``:
 
 - ``store.search`` as the bench calls it (the filter as a dict) and with the filter parsed once;
 - the index's search alone (no scope check, vector validation or filter parsing);
+- the public call with the store's search answering nothing at once: the public layer's own cost;
 - the index's selection of partitions alone (the others ruled out on their bounds);
 - the first selected partition's products with the query, and the numpy floor: the selected
   rows' products and their top 10, which is what the bench's floor column times, with BLAS's
@@ -73,7 +74,7 @@ def measure(records: int, percent: int, searches: int) -> dict[str, Any]:
 
     with threadpool_limits(limits=1, user_api="blas"):
         floor_one_thread = _p50_us(floor, searches)
-    return {
+    timings = {
         "records": records,
         "percent": percent,
         "us_p50": {
@@ -94,6 +95,11 @@ def measure(records: int, percent: int, searches: int) -> dict[str, Any]:
             "numpy_floor_one_blas_thread": floor_one_thread,
         },
     }
+    store._search = lambda scope, query: []  # type: ignore[method-assign]
+    timings["us_p50"]["store_search_engine_answering_nothing"] = _p50_us(
+        lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), searches
+    )
+    return timings
 
 
 def main(argv: list[str] | None = None) -> int:
