@@ -18,7 +18,7 @@ from memcore_chroma import reads
 from memcore_chroma.calls import CollectionCall
 from memcore_chroma.deployments import ChromaMemoryStore, ChromaStore
 from memcore_chroma.encoding import flat_metadata
-from memcore_chroma.reads import MIN_OVERFETCH, SHORTCUT_WINDOW
+from memcore_chroma.reads import MIN_HIT_PAGE, MIN_OVERFETCH, SHORTCUT_WINDOW, hit_pages
 from memcore_chroma.shortcuts import SKIPS_AFTER_A_MISS, Misses
 from memcore_chroma.store import ChromaStoreBase
 
@@ -181,6 +181,30 @@ def test_an_unfiltered_search_never_decodes_another_tenants_entry(
             hits = store.search(mine, vector=vectors[0], limit=5)
             assert hits[0].record == own[0] and all(h.record.scope == mine for h in hits)
         assert "reading the nearest entries" in {c.action for c in calls}, "the shortcut was not taken"
+
+
+def test_hits_are_read_a_quarter_past_the_limit_first_then_twice_the_limit_a_page() -> None:
+    assert [len(page) for page in hit_pages(list(range(100)), 25)] == [31, 50, 19]
+    assert [len(page) for page in hit_pages(list(range(40)), 5)] == [MIN_HIT_PAGE, MIN_HIT_PAGE, 8]
+    assert list(hit_pages([], 25)) == []  # Chroma refuses a get of no ids
+
+
+def test_a_search_of_the_whole_collection_reads_few_more_entries_than_it_keeps(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall]
+) -> None:
+    """An agent's recall over its own scope (all of the collection): the best 25 are read with
+    six more, not 25 more, and are still the exact 25 nearest in order."""
+    vectors = random_vectors(400, seed=3, dim=8)
+    records = [make_record(AGENT, f"turn {i}") for i in range(400)]
+    with open_store() as store:
+        store.add(records, vectors)
+        calls.clear()
+        hits = store.search(AGENT, vector=vectors[7], limit=25)
+        reads_by_id = [c for c in calls if c.action == "reading the nearest entries"]
+        assert [len(c.kwargs["ids"]) for c in reads_by_id] == [31]
+        units = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        exact = np.argsort(-(units @ units[7]), kind="stable")[:25]
+        assert [h.record.id for h in hits] == [records[i].id for i in exact]
 
 
 def test_a_window_larger_than_the_shortcuts_read_is_read_the_sure_way(
