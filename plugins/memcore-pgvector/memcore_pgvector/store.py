@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, Self, TypeVar
 from urllib.parse import urlencode, urlunsplit
@@ -414,6 +415,9 @@ class PgvectorStore(BaseStore):
         ``MAINTAIN`` privilege on ``pg_statistic`` (``pg_maintain``); without it the old versions
         stay in the catalog's file until autovacuum and later writes reuse their space, and purge
         logs a warning. It locks the table (and, briefly, the statistics) for the time it takes.
+        ``VACUUM FULL`` keeps every row version that some open transaction can still see, so each
+        rewrite first waits (up to :data:`PURGE_WAIT_SECONDS`) for the transactions that began
+        before it (:func:`_wait_for_older_snapshots`).
         PostgreSQL's write-ahead log and backups keep what they kept; their retention is the server's.
         Expired records were deleted just before (:meth:`~memcore.store.BaseStore.sweep`).
         """
@@ -427,12 +431,21 @@ class PgvectorStore(BaseStore):
             translated("purge", self.location),
             psycopg.connect(self._conninfo, autocommit=True, connect_timeout=CONNECT_SECONDS) as connection,
         ):
+            waited_out = _wait_for_older_snapshots(connection)
             for table in (self._tables.records, self._tables.meta):
                 connection.execute(sql.SQL("VACUUM FULL {}").format(table))
             self._clear_statistics(connection)
             connection.execute(sql.SQL("ANALYZE {}").format(self._tables.records))
+            waited_out = _wait_for_older_snapshots(connection) and waited_out
             connection.add_notice_handler(notice)
             connection.execute("VACUUM FULL pg_catalog.pg_statistic")
+        if not waited_out:
+            logger.warning(
+                "purge at %s rewrote the tables while transactions older than it were still open "
+                "after %s s: rows they could see may stay in the files until the next purge",
+                self.location,
+                PURGE_WAIT_SECONDS,
+            )
         if refused:
             logger.warning(
                 "purge could not rewrite pg_statistic at %s (%s): old statistics of deleted records "
@@ -574,3 +587,32 @@ def redacted(conninfo: str) -> str:
         return conninfo
     parameters["password"] = "***"
     return make_conninfo("", **{key: value for key, value in parameters.items() if value is not None})
+
+
+PURGE_WAIT_SECONDS = 30.0
+"""How long a purge waits for older transactions to end before each rewrite, then rewrites anyway."""
+
+
+def _wait_for_older_snapshots(connection: psycopg.Connection[Any]) -> bool:
+    """Wait until no other session holds a snapshot taken before this call; whether none did
+    within :data:`PURGE_WAIT_SECONDS`.
+
+    A transaction that began before a delete still sees the deleted rows, and ``VACUUM FULL``
+    copies into the rewritten files every row version some snapshot can see: the deleted
+    records would stay on disk. Sessions whose ``backend_xmin`` this role may not read (other
+    roles', without ``pg_read_all_stats``) are not waited for.
+    """
+    row = connection.execute("SELECT (pg_catalog.txid_current() % 4294967296)::text").fetchone()
+    assert row is not None
+    deadline = time.monotonic() + PURGE_WAIT_SECONDS
+    while True:
+        older = connection.execute(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE pid <> pg_catalog.pg_backend_pid()"
+            " AND backend_xmin IS NOT NULL AND age(backend_xmin) >= age(%s::xid)",
+            [row[0]],
+        ).fetchone()
+        if older is None or older[0] == 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

@@ -369,6 +369,33 @@ def test_purge_leaves_no_deleted_value_in_the_planner_statistics(
         assert found.stdout == "", f"{needle!r} still on disk in {found.stdout}"
 
 
+def test_purge_waits_for_a_transaction_that_could_still_see_the_deleted_rows(
+    postgres: Postgres, table_name: str
+) -> None:
+    """A transaction older than the delete still sees the deleted rows, and ``VACUUM FULL`` copies
+    what some transaction can see into the rewritten files: purge waits for it to end first (here
+    it ends a second later), so nothing of the deleted records stays on disk."""
+    user = "seen-by-an-old-snapshot-5c2d@example.com"
+    gone = Scope(tenant="acme", user_id=user)
+    records = [MemoryRecord(scope=gone, message=Message(role="user", content=f"m{i}")) for i in range(20)]
+    with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
+        store.add(records, _vectors(20, 8))
+        with psycopg.connect(postgres.uri) as reader, psycopg.connect(postgres.uri, autocommit=True) as admin:
+            reader.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            reader.execute("SELECT 1")  # the transaction's snapshot: taken before the delete
+            assert store.delete_where(gone, {}) == 20
+            threading.Timer(1.0, reader.rollback).start()
+            started = time.monotonic()
+            store.purge()
+            waited = time.monotonic() - started
+            admin.execute("CHECKPOINT")
+    found = subprocess.run(
+        ["grep", "-rlF", user, str(postgres.data / "base")], capture_output=True, text=True, check=False
+    )
+    assert found.stdout == "", f"{user!r} still on disk in {found.stdout}"
+    assert waited >= 0.9
+
+
 def test_columns_of_user_content_are_never_sampled_by_analyze(postgres: Postgres, table_name: str) -> None:
     with PgvectorStore.from_url(with_table(postgres.uri, table_name)) as store:
         store.add(_records(50, text="sampled-never-3e9a"), _vectors(50, 8))  # types the embedding
