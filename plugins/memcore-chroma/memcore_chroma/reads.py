@@ -392,28 +392,38 @@ def unfiltered_search(
         n_results=max(limit * UNFILTERED_READ, MIN_OVERFETCH, 2 * (ef_search or CHROMA_EF_SEARCH)),
         include=["distances"],
     )
-    nearest = list(zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True))
+    ids, distances = found["ids"][0], (found["distances"] or [[]])[0]
+    nearest = [(entry, clamp_score(1.0 - distance)) for entry, distance in zip(ids, distances, strict=True)]
+    read = nearest[: limit * UNFILTERED_READ]
+    hits = yield from best_read("reading the nearest entries", read, owns, wanted, limit)
+    return hits if len(hits) == limit else None
+
+
+def best_read(
+    action: str, best: Sequence[tuple[str, float]], owns: Owns, wanted: Keep, limit: int
+) -> Session[list[ScoredRecord]]:
+    """The first ``limit`` entries of ``best`` (entry and score, best first) that hold a real
+    vector, of a scope ``owns`` says holds them, whose records ``wanted`` keeps: documents and
+    metadata read by id in :func:`hit_pages`, an entry of another scope skipped on its metadata,
+    never decoded."""
     hits: list[ScoredRecord] = []
-    for page in hit_pages(nearest[: limit * UNFILTERED_READ], limit):
-        read = yield from collection_call(
-            "reading the nearest entries",
-            "get",
-            ids=[entry for entry, _ in page],
-            include=["documents", "metadatas"],
+    for page in hit_pages(best, limit):
+        read = yield from asked_again_if_an_entry_vanished(
+            action, "get", ids=[entry for entry, _ in page], include=["documents", "metadatas"]
         )
         entries = dict(
             zip(read["ids"], zip(read["documents"] or [], read["metadatas"] or [], strict=True), strict=True)
         )
-        for entry, distance in page:
+        for entry, score in page:
             document, meta = entries.get(entry, (None, None))
             if document is None or not has_vector(meta) or not owns(meta):
                 continue  # deleted since, a stand-in, or another scope's
             record = decode(entry, document)
             if wanted(record):
-                hits.append(ScoredRecord.of(record, clamp_score(1.0 - distance)))
+                hits.append(ScoredRecord.of(record, score))
                 if len(hits) == limit:
                     return hits
-    return None
+    return hits
 
 
 def _hits(found: Any, wanted: Keep, limit: int) -> Iterator[ScoredRecord]:
@@ -475,23 +485,11 @@ def small_selection_search(
     vectors = np.asarray(found["embeddings"], dtype=np.float32)
     scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
     best = [(found["ids"][row], float(scores[row])) for row in np.argsort(-scores, kind="stable")]
-    hits: list[ScoredRecord] = []
-    for chunk in hit_pages(best, limit):
-        page = yield from asked_again_if_an_entry_vanished(
-            "reading hits", "get", ids=[entry for entry, _ in chunk], include=["documents", "metadatas"]
-        )
-        read = dict(
-            zip(page["ids"], zip(page["documents"] or [], page["metadatas"] or [], strict=True), strict=True)
-        )
-        for entry, score in chunk:
-            if entry not in read or not has_vector(read[entry][1]):
-                continue  # deleted since, or a stand-in
-            record = decode(entry, read[entry][0])
-            if wanted(record):
-                hits.append(ScoredRecord.of(record, score))
-                if len(hits) == limit:
-                    return hits
-    return hits
+    return (yield from best_read("reading hits", best, _any_owner, wanted, limit))
+
+
+def _any_owner(meta: Any) -> bool:
+    return True
 
 
 def ranked(found: Any, query: Matrix, wanted: Keep, limit: int) -> list[ScoredRecord]:
