@@ -81,6 +81,9 @@ _DIMENSION = "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s
 _LOCK_RECORD = "SELECT record FROM {} WHERE "
 _NEWEST_FIRST = " ORDER BY created_at DESC, id DESC, key DESC LIMIT %s"
 
+PURGE_WAIT_SECONDS = 30.0
+"""How long a purge waits for older transactions to end before each rewrite, then rewrites anyway."""
+
 
 def _keys_of(records: Sequence[MemoryRecord]) -> Condition:
     """A condition selecting exactly these records' rows (by key: another scope may use their ids)."""
@@ -587,10 +590,6 @@ def redacted(conninfo: str) -> str:
         return conninfo
     parameters["password"] = "***"
     return make_conninfo("", **{key: value for key, value in parameters.items() if value is not None})
-
-
-PURGE_WAIT_SECONDS = 30.0
-"""How long a purge waits for older transactions to end before each rewrite, then rewrites anyway."""
 
 
 def _wait_for_older_snapshots(connection: psycopg.Connection[Any]) -> bool:
