@@ -34,7 +34,7 @@ from chromadb.errors import NotFoundError
 from memcore import locking
 from memcore.engine_registry import EngineRegistry, OpenFolder
 from memcore.errors import StoreError
-from memcore_chroma import erasure, recovery
+from memcore_chroma import erasure, planner, recovery
 from memcore_chroma.errors import translated
 
 LOCK_FILE = "memcore.lock"
@@ -136,10 +136,13 @@ class SharedClient:
         (and running SQLite ``VACUUM`` beside it) holds it exclusive.
     :param generation: bumped whenever collection handles must be fetched anew
         (the client was reopened, or a collection was swapped for a rebuilt copy).
+    :param growth: when the embedded folder's SQLite planner statistics are due again
+        (:mod:`memcore_chroma.planner`; ``None`` for a server or memory, out of reach).
     """
 
     client: ClientAPI
     reopen: Callable[[], ClientAPI] | None = None
+    growth: planner.Growth | None = None
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     access: ReadWriteLock = field(default_factory=ReadWriteLock)
     generation: int = 0
@@ -175,6 +178,11 @@ class Connection:
     def generation(self) -> int:
         """Changes whenever collection handles taken before are stale."""
         return self.shared.generation
+
+    def wrote(self, entries: int) -> None:
+        """``entries`` were written (hold the write lock): gather the planner statistics if due."""
+        if self.shared.growth is not None:
+            self.shared.growth.wrote(entries)
 
     def reading(self) -> AbstractContextManager[None]:
         """Shared access: hold it around every call into the client."""
@@ -233,13 +241,14 @@ def persistent(path: Path) -> Connection:
 
 
 def _open_shared(path: Path) -> SharedClient:
-    client = _open_recovered(path)
+    client, growth = _open_recovered(path)
     make_private(path)
-    return SharedClient(client, reopen=lambda: _persistent_client(path))
+    return SharedClient(client, reopen=lambda: _persistent_client(path), growth=growth)
 
 
-def _open_recovered(path: Path) -> ClientAPI:
-    """The client of ``path`` (lock held), after recovering from a process that died with it open.
+def _open_recovered(path: Path) -> tuple[ClientAPI, planner.Growth]:
+    """The client of ``path`` (lock held), after recovering from a process that died with it open,
+    and the folder's growth (its planner statistics gathered first if due).
 
     See :mod:`memcore_chroma.recovery`: the log is kept whole from creation on; a
     folder whose open marker survived gets its vector indexes rebuilt from the log.
@@ -247,7 +256,7 @@ def _open_recovered(path: Path) -> ClientAPI:
     with translated(f"preparing the Chroma store at {path}"):
         if recovery.needs_recovery(path):
             recovery.reset_vector_indexes(path)
-        new = not (path / erasure.SQLITE_FILE).exists()
+        new = not (path / planner.SQLITE_FILE).exists()
         if new:
             close_client(_persistent_client(path))  # creates the SQLite file, whose log setting we change
         whole = new or (path / recovery.LOG_COMPLETE).exists() or recovery.log_never_trimmed(path)
@@ -256,6 +265,7 @@ def _open_recovered(path: Path) -> ClientAPI:
             recovery.mark(path, recovery.LOG_COMPLETE)
         else:
             recovery.unmark(path, recovery.LOG_COMPLETE)
+        growth = planner.Growth.at_open(path)  # before the client: see memcore_chroma.planner
     client = _persistent_client(path)
     try:
         with translated(f"opening the Chroma store at {path}"):
@@ -263,7 +273,7 @@ def _open_recovered(path: Path) -> ClientAPI:
     except BaseException:
         close_client(client)
         raise
-    return client
+    return client, growth
 
 
 def _close(opened: OpenFolder[SharedClient]) -> None:

@@ -25,8 +25,8 @@ from contextlib import closing
 from pathlib import Path
 
 from memcore.errors import StoreError
+from memcore_chroma.planner import SQLITE_FILE
 
-SQLITE_FILE = "chroma.sqlite3"
 # hnswlib's header.bin starts: format version, offsetLevel0, capacity, element count, element size, ...
 _HEADER = struct.Struct("<i6Q")
 _HEADER_VERSION = 1

@@ -348,6 +348,7 @@ class ChromaStoreBase(BaseStore):
             updates = self._run(self._add_session(records, vectors, meta))
             if updates:  # only once the records are in: a failed add changes no metadata
                 self._write_meta(updates)
+            self._connection.wrote(len(records))
 
     def _add_session(self, records: list[MemoryRecord], vectors: Matrix | None, meta: Meta) -> Session[Meta]:
         """Upsert ``records`` (a call per :data:`PAGE_SIZE`), after reading which metadata keys

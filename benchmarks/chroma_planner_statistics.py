@@ -1,0 +1,148 @@
+"""What SQLite planner statistics change in an embedded Chroma store's reads (memcore_chroma.planner).
+
+    .venv/bin/python benchmarks/chroma_planner_statistics.py --tenants 1000
+
+Builds a ``chroma://`` store of ``--tenants`` tenants of ``--records`` records (384-d random
+vectors, memcore's own layout) with the statistics turned off, then copies the folder and gathers
+them in the copy (``planner.analyze``, what the store does once it holds 1,000 entries and at each
+doubling). In each folder it times, p50 over ``--repeats`` calls:
+
+- raw chromadb ``get``s under the ``where`` documents memcore sends (a tenant's ids, an exact
+  scope's ids, a range of ``created_at``, record ids), and a ``count``;
+- memcore's own ``store.search`` of one tenant (the bench's many-tenants workload).
+
+The ratio ``without / with`` is the machine-independent figure. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import numpy as np
+from memcore_chroma import ChromaStore, planner
+
+from memcore.records import MemoryRecord, Message
+from memcore.scope import Scope
+
+DIM = 384
+
+
+def _p50_ms(call: Callable[[int], Any], repeats: int) -> float:
+    call(0)  # the first call opens segments and warms caches: not what a steady state pays
+    times = []
+    for i in range(repeats):
+        began = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - began)
+    return round(statistics.median(times) * 1000, 2)
+
+
+def build(folder: Path, tenants: int, records: int) -> float:
+    """Fill a store at ``folder`` with no statistics gathered; the seconds it took."""
+    rng = np.random.default_rng(1)
+    planner.MIN_ENTRIES = sys.maxsize  # off while building: the copy gets them
+    began = time.perf_counter()
+    with ChromaStore(folder) as store:
+        for tenant in range(tenants):
+            scope = Scope(tenant=f"t{tenant}", user_id="u")
+            batch = [
+                MemoryRecord(scope=scope, message=Message(role="user", content=f"{tenant}-{i}"))
+                for i in range(records)
+            ]
+            store.add(batch, rng.standard_normal((records, DIM)).astype(np.float32))
+    return time.perf_counter() - began
+
+
+def raw_reads(folder: Path, tenants: int, repeats: int) -> dict[str, float]:
+    """Raw chromadb reads under the ``where`` documents memcore sends."""
+    client = chromadb.PersistentClient(path=str(folder))
+    try:
+        return _timed_raw_reads(client.get_collection("memcore"), tenants, repeats)
+    finally:
+        client.close()  # type: ignore[attr-defined]  # before memcore opens the folder
+
+
+def _timed_raw_reads(collection: Any, tenants: int, repeats: int) -> dict[str, float]:
+    total = collection.count()
+    newest = collection.get(offset=total - 50, limit=50, include=["metadatas"])["metadatas"] or []
+    bound = min(int(meta["created_at"]) for meta in newest)
+    exact_key = newest[0]["scope.key"]
+    record_ids = [str(meta["record_id"]) for meta in newest[:10]]
+    picks = np.random.default_rng(7).integers(0, tenants, repeats + 1)
+    return {
+        "tenant_ids_ms": _p50_ms(
+            lambda i: collection.get(where={"scope.tenant": f"t{picks[i]}"}, include=[]), repeats
+        ),
+        "exact_scope_ids_ms": _p50_ms(
+            lambda i: collection.get(where={"scope.key": exact_key}, include=[]), repeats
+        ),
+        "newest_by_time_ms": _p50_ms(
+            lambda i: collection.get(
+                where={"created_at": {"$gte": bound}}, include=["documents", "metadatas"]
+            ),
+            repeats,
+        ),
+        "record_ids_ms": _p50_ms(
+            lambda i: collection.get(where={"record_id": {"$in": record_ids}}, include=[]), repeats
+        ),
+        "count_ms": _p50_ms(lambda i: collection.count(), repeats),
+    }
+
+
+def tenant_search(folder: Path, tenants: int, repeats: int) -> float:
+    """memcore's ``search`` of one tenant, p50 in ms."""
+    rng = np.random.default_rng(7)
+    queries = rng.standard_normal((repeats + 1, DIM)).astype(np.float32)
+    picks = rng.integers(0, tenants, repeats + 1)
+    with ChromaStore(folder) as store:
+        return _p50_ms(
+            lambda i: store.search(Scope(tenant=f"t{picks[i]}"), vector=queries[i], limit=10), repeats
+        )
+
+
+def measure(tenants: int, records: int, repeats: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="memcore-planner-") as scratch:
+        plain, analyzed = Path(scratch, "plain"), Path(scratch, "analyzed")
+        built = build(plain, tenants, records)
+        shutil.copytree(plain, analyzed)
+        began = time.perf_counter()
+        planner.analyze(analyzed)
+        gathering = time.perf_counter() - began
+        result: dict[str, Any] = {
+            "tenants": tenants,
+            "records_per_tenant": records,
+            "build_s": round(built, 1),
+            "gathering_s": round(gathering, 3),
+        }
+        for name, folder in (("without", plain), ("with", analyzed)):
+            result[name] = {
+                **raw_reads(folder, tenants, repeats),
+                "memcore_tenant_search_ms": tenant_search(folder, tenants, repeats),
+            }
+        result["without_over_with"] = {
+            key: round(result["without"][key] / result["with"][key], 1) for key in result["with"]
+        }
+        return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument("--records", type=int, default=100, help="records per tenant")
+    parser.add_argument("--repeats", type=int, default=50)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.tenants, args.records, args.repeats), indent=2))
+
+
+if __name__ == "__main__":
+    main()
