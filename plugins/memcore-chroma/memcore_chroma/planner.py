@@ -139,15 +139,17 @@ class Growth:
         """The growth of the folder ``path``, gathering its statistics first if due (no Chroma
         client may have the file open yet).
 
-        :raises sqlite3.Error, OSError: if the file cannot be read.
+        A failure is logged, never raised: the store opens, and gathers once it has written
+        :data:`MIN_ENTRIES` (if the file could not be read) or doubled (if it could).
         """
-        now, analyzed = entries(path), analyzed_entries(path)
-        if is_due(now, analyzed):
-            try:
-                now = analyze(path)
-            except (sqlite3.Error, OSError) as exc:
-                _could_not(path, exc)
-            analyzed = now
+        now = analyzed = 0
+        try:
+            now, analyzed = entries(path), analyzed_entries(path)
+            if is_due(now, analyzed):
+                analyzed = now
+                now = analyzed = analyze(path)
+        except (sqlite3.Error, OSError) as exc:
+            _could_not(path, exc)
         return cls(path, now, analyzed)
 
     def wrote(self, count: int) -> None:

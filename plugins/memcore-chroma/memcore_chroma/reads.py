@@ -17,7 +17,7 @@ record decoded, and reads that have the ids they want read them by id.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -133,13 +133,18 @@ def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def hit_pages(ranked: Sequence[T], limit: int) -> Iterator[Sequence[T]]:
+def hit_pages(ranked: Sequence[T], limit: int, depth: int = 0) -> Iterator[Sequence[T]]:
     """``ranked`` (best first) in the pages a search reads the documents and metadata of, to keep
     ``limit`` hits: first ``limit`` and a quarter more, then twice ``limit`` at a time (at least
     :data:`MIN_HIT_PAGE` each). Most of the best are kept, and each entry read costs Chroma about
     50 us (its metadata is a row per key), so a first page of twice ``limit`` paid for ~``limit``
-    entries a search did not need: ~1 ms of a 25-hit recall."""
-    first = max(limit + limit // 4, MIN_HIT_PAGE)
+    entries a search did not need: ~1 ms of a 25-hit recall.
+
+    :param depth: how deep the last search of the same selection had to read for its hits (an
+        agent holding half the collection: about ``2 x limit``); the first page reads that and a
+        quarter more, if more, so that a second call is rarely needed.
+    """
+    first = max(limit + limit // 4, depth + depth // 4, MIN_HIT_PAGE)
     if ranked:  # never an empty page: Chroma refuses a get of no ids
         yield ranked[:first]
     yield from chunks(ranked[first:], max(2 * limit, MIN_HIT_PAGE))
@@ -365,11 +370,13 @@ def vector_search(
 
 
 def unfiltered_search(
-    query: Matrix, owns: Owns, wanted: Keep, limit: int, ef_search: int | None
-) -> Session[list[ScoredRecord] | None]:
+    query: Matrix, owns: Owns, wanted: Keep, limit: int, ef_search: int | None, depth: int = 0
+) -> Session[BestRead | None]:
     """The ``limit`` records of a scope (``owns``) nearest ``query`` that ``wanted`` keeps, among
     the collection's nearest entries searched with no ``where``; ``None`` if too few of the first
     ``UNFILTERED_READ * limit`` of those are wanted (then the caller searches under the ``where``).
+    Its hits and how deep it read for them (:class:`BestRead`; ``depth``: the last one's, for
+    :func:`hit_pages`).
 
     Chroma evaluates a search's ``where`` over every entry it matches before its HNSW search: for
     a scope holding much of the collection (an agent that wrote half of it) that costs several
@@ -395,19 +402,27 @@ def unfiltered_search(
     ids, distances = found["ids"][0], (found["distances"] or [[]])[0]
     nearest = [(entry, clamp_score(1.0 - distance)) for entry, distance in zip(ids, distances, strict=True)]
     read = nearest[: limit * UNFILTERED_READ]
-    hits = yield from best_read("reading the nearest entries", read, owns, wanted, limit)
-    return hits if len(hits) == limit else None
+    found = yield from best_read("reading the nearest entries", read, owns, wanted, limit, depth)
+    return found if len(found.hits) == limit else None
+
+
+class BestRead(NamedTuple):
+    """What :func:`best_read` kept, and how many of the ranked entries it went through to the last."""
+
+    hits: list[ScoredRecord]
+    depth: int
 
 
 def best_read(
-    action: str, best: Sequence[tuple[str, float]], owns: Owns, wanted: Keep, limit: int
-) -> Session[list[ScoredRecord]]:
+    action: str, best: Sequence[tuple[str, float]], owns: Owns, wanted: Keep, limit: int, depth: int = 0
+) -> Session[BestRead]:
     """The first ``limit`` entries of ``best`` (entry and score, best first) that hold a real
     vector, of a scope ``owns`` says holds them, whose records ``wanted`` keeps: documents and
-    metadata read by id in :func:`hit_pages`, an entry of another scope skipped on its metadata,
-    never decoded."""
+    metadata read by id in :func:`hit_pages` (``depth``: the last such read's), an entry of
+    another scope skipped on its metadata, never decoded."""
     hits: list[ScoredRecord] = []
-    for page in hit_pages(best, limit):
+    position = 0
+    for page in hit_pages(best, limit, depth):
         read = yield from asked_again_if_an_entry_vanished(
             action, "get", ids=[entry for entry, _ in page], include=["documents", "metadatas"]
         )
@@ -415,6 +430,7 @@ def best_read(
             zip(read["ids"], zip(read["documents"] or [], read["metadatas"] or [], strict=True), strict=True)
         )
         for entry, score in page:
+            position += 1
             document, meta = entries.get(entry, (None, None))
             if document is None or not has_vector(meta) or not owns(meta):
                 continue  # deleted since, a stand-in, or another scope's
@@ -422,8 +438,8 @@ def best_read(
             if wanted(record):
                 hits.append(ScoredRecord.of(record, score))
                 if len(hits) == limit:
-                    return hits
-    return hits
+                    return BestRead(hits, position)
+    return BestRead(hits, position)
 
 
 def _hits(found: Any, wanted: Keep, limit: int) -> Iterator[ScoredRecord]:
@@ -485,7 +501,7 @@ def small_selection_search(
     vectors = np.asarray(found["embeddings"], dtype=np.float32)
     scores = np.clip(vectors.astype(np.float64) @ query[0].astype(np.float64), -1.0, 1.0)
     best = [(found["ids"][row], float(scores[row])) for row in np.argsort(-scores, kind="stable")]
-    return (yield from best_read("reading hits", best, _any_owner, wanted, limit))
+    return (yield from best_read("reading hits", best, _any_owner, wanted, limit)).hits
 
 
 def _any_owner(meta: Any) -> bool:

@@ -3,7 +3,7 @@
 Three reads have a cheap way that works for most agents and a sure way that always works:
 
 * a scope's newest records are usually newer than the oldest record of its last window
-  (:func:`~memcore_chroma.reads.newest_since`, :class:`WindowBounds`), or among the entries
+  (:func:`~memcore_chroma.reads.newest_since`, :class:`Hints`), or among the entries
   inserted last into the collection (:func:`~memcore_chroma.reads.newest_from_tail`), else its
   ids are listed under a ``where``;
 * a selective filter (a session's pinned system message) selects few entries of the whole
@@ -54,25 +54,28 @@ class Misses:
         self._skips[selection] = SKIPS_AFTER_A_MISS
 
 
-class WindowBounds:
-    """The time (epoch microseconds) of the oldest record of each selection's last window.
+class Hints:
+    """A number remembered per selection, from its last read, that makes its next read cheaper:
+    the time (epoch microseconds) of the oldest record of its last window, or how deep in the
+    collection's nearest entries its last unfiltered search found its hits.
 
-    A hint only: :func:`~memcore_chroma.reads.newest_since` answers from it only when at least a
-    window's worth of the scope's records are that new, so a stale bound costs a read, never a record.
+    Hints only: :func:`~memcore_chroma.reads.newest_since` answers from a window's bound only when
+    at least a window's worth of the scope's records are that new, and a search's depth only sizes
+    its first page, so a stale hint costs a read, never a record.
     """
 
     def __init__(self) -> None:
-        self._bounds: dict[str, int] = {}
+        self._hints: dict[str, int] = {}
 
     def get(self, selection: str) -> int | None:
-        """The bound last remembered for ``selection``, if any."""
-        return self._bounds.get(selection)
+        """The hint last remembered for ``selection``, if any."""
+        return self._hints.get(selection)
 
-    def remember(self, selection: str, bound: int | None) -> None:
-        """Remember ``bound`` for ``selection`` (``None``: forget it)."""
-        if bound is None:
-            self._bounds.pop(selection, None)
+    def remember(self, selection: str, hint: int | None) -> None:
+        """Remember ``hint`` for ``selection`` (``None``: forget it)."""
+        if hint is None:
+            self._hints.pop(selection, None)
             return
-        if len(self._bounds) >= REMEMBERED:
-            self._bounds.clear()
-        self._bounds[selection] = bound
+        if len(self._hints) >= REMEMBERED:
+            self._hints.clear()
+        self._hints[selection] = hint

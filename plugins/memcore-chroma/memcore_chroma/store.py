@@ -110,7 +110,7 @@ from memcore_chroma.opening import (
 )
 from memcore_chroma.reads import Keep, chunks
 from memcore_chroma.rebuild import PAGE_SIZE
-from memcore_chroma.shortcuts import Misses, WindowBounds
+from memcore_chroma.shortcuts import Hints, Misses
 
 T = TypeVar("T")
 
@@ -151,8 +151,10 @@ class ChromaStoreBase(BaseStore):
         """The ``where`` documents of searches that selected more than
         :data:`~memcore_chroma.reads.SMALL_SELECTION` entries: they go straight to Chroma's HNSW
         search (a scope that shrank since is only searched more slowly)."""
-        self._window_bounds = WindowBounds()
+        self._window_bounds = Hints()
         """Where each window read lately began (:mod:`~memcore_chroma.shortcuts`)."""
+        self._hit_depths = Hints()
+        """How deep in the collection's nearest entries each large search found its hits lately."""
         self._tail_misses = Misses()
         """Windows whose newest records were not in the collection's tail lately."""
         self._unscoped_misses = Misses()
@@ -741,15 +743,17 @@ class ChromaStoreBase(BaseStore):
                 self._large_selections.clear()
             self._large_selections.add(selection)
         if self._unfiltered_misses.worth_trying(selection):
-            hits = yield from reads.unfiltered_search(
+            unfiltered = yield from reads.unfiltered_search(
                 query,
                 owned_by(scope),
                 lambda record: scope.matches(record.scope) and wanted(record) and evaluate(node, record),
                 limit,
                 ef_search,
+                self._hit_depths.get(selection) or 0,
             )
-            if hits is not None:
-                return hits
+            if unfiltered is not None:
+                self._hit_depths.remember(selection, unfiltered.depth)
+                return unfiltered.hits
             self._unfiltered_misses.missed(selection)
         return (yield from reads.vector_search(where, query, wanted, limit, compiled.exact and text is None))
 

@@ -124,6 +124,22 @@ def test_a_failed_gathering_is_logged_and_loses_no_write(
         assert len(store.list(SCOPE, limit=None)) == 60
 
 
+def test_a_failed_gathering_at_open_is_logged_and_the_store_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "db"
+    with ChromaStore(folder) as store:
+        _add(store, 60, seed=1)
+    (folder / f"{planner.MARKER}.tmp").mkdir()
+    monkeypatch.setattr(planner, "MIN_ENTRIES", 40)
+    with caplog.at_level(logging.WARNING, logger=planner.__name__), ChromaStore(folder) as store:
+        assert "could not gather the query planner statistics" in caplog.text
+        assert len(store.list(SCOPE, limit=None)) == 60
+        caplog.clear()
+        _add(store, 50, seed=2)  # 110 < 2 x 60: not tried again yet
+        assert caplog.text == ""
+
+
 def test_a_running_servers_folder_is_analyzed_by_the_command_and_keeps_serving(
     chroma_server: ChromaServer, collection_name: str
 ) -> None:

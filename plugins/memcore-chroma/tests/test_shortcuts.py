@@ -189,6 +189,34 @@ def test_hits_are_read_a_quarter_past_the_limit_first_then_twice_the_limit_a_pag
     assert list(hit_pages([], 25)) == []  # Chroma refuses a get of no ids
 
 
+def test_a_first_page_reads_as_deep_as_the_last_search_of_the_selection_had_to() -> None:
+    assert [len(page) for page in hit_pages(list(range(100)), 25, depth=50)] == [62, 38]
+    assert [len(page) for page in hit_pages(list(range(100)), 25, depth=20)] == [31, 50, 19]
+
+
+def test_a_scope_holding_half_the_collection_reads_its_hits_in_one_page_once_it_knows_how_deep(
+    open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall]
+) -> None:
+    """The first search of an agent holding every other entry needs a second page (31 entries hold
+    ~15 of its 25 hits); the next reads as deep as that one needed, and a quarter more, at once."""
+    other = Scope(tenant="t", user_id="me", agent_id="b", session_id="s")
+    vectors = random_vectors(800, seed=4, dim=8)  # 400 an agent: more than a small selection
+    records = [make_record(AGENT if i % 2 == 0 else other, f"turn {i}") for i in range(800)]
+    with open_store() as store:
+        store.add(records, vectors)
+        pages = []
+        for _ in range(2):
+            calls.clear()
+            hits = store.search(AGENT, vector=vectors[7], limit=25)
+            pages.append([len(c.kwargs["ids"]) for c in calls if c.action == "reading the nearest entries"])
+            units = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+            ranked = [i for i in np.argsort(-(units @ units[7]), kind="stable") if i % 2 == 0]
+            assert [h.record.id for h in hits] == [records[i].id for i in ranked[:25]]
+        everyone = list(np.argsort(-(units @ units[7]), kind="stable"))
+        depth = everyone.index(ranked[24]) + 1  # where the 25th hit lies among the collection's nearest
+        assert pages == [[31, 50], [depth + depth // 4]]
+
+
 def test_a_search_of_the_whole_collection_reads_few_more_entries_than_it_keeps(
     open_store: Callable[[], ChromaStoreBase], calls: list[CollectionCall]
 ) -> None:
