@@ -41,36 +41,27 @@ from memcore_chroma.store import ChromaStoreBase
 
 from memcore.agent.memories import LongtermMemory
 from memcore.bench.agent_loop import WORDS, conversation
+from memcore.bench.timing import sample
+from memcore.bench.workloads import add_tenants
 from memcore.embedders.hashing import HashEmbedder
-from memcore.records import MemoryRecord, Message
+from memcore.records import Message
 from memcore.scope import Scope
 
 DIM = 384
 
 
 def _p50_ms(call: Callable[[int], Any], repeats: int) -> float:
-    call(0)  # the first call opens segments and warms caches: not what a steady state pays
-    times = []
-    for i in range(repeats):
-        began = time.perf_counter()
-        call(i)
-        times.append(time.perf_counter() - began)
-    return round(statistics.median(times) * 1000, 2)
+    """The first call opens segments and warms caches, not what a steady state pays: untimed."""
+    return round(statistics.median(sample(call, repeats, warmup=1)), 2)
 
 
 def build(folder: Path, tenants: int, records: int) -> float:
-    """Fill a store at ``folder`` with no statistics gathered; the seconds it took."""
-    rng = np.random.default_rng(1)
+    """Fill a store at ``folder`` as the bench's many-tenants workload does, with no statistics
+    gathered; the seconds it took."""
     planner.MIN_ENTRIES = sys.maxsize  # off while building: the copy gets them
     began = time.perf_counter()
     with ChromaStore(folder) as store:
-        for tenant in range(tenants):
-            scope = Scope(tenant=f"t{tenant}", user_id="u")
-            batch = [
-                MemoryRecord(scope=scope, message=Message(role="user", content=f"{tenant}-{i}"))
-                for i in range(records)
-            ]
-            store.add(batch, rng.standard_normal((records, DIM)).astype(np.float32))
+        add_tenants(store, DIM, tenants, records, np.random.default_rng(1), lambda *_: None)
     return time.perf_counter() - began
 
 

@@ -188,20 +188,28 @@ def delete_latency(store: Store, ids: list[UUID], count: int) -> dict[str, float
     return summary(sample(lambda i: store.delete(Scope(tenant=TENANT), [victims[i]]), len(victims), warmup=0))
 
 
+def add_tenants(
+    store: Store, dim: int, tenants: int, per_tenant: int, rng: np.random.Generator, progress: Progress
+) -> None:
+    """Add ``tenants`` scopes (``t0``, ``t1``, ... each with user ``u``) of ``per_tenant`` records
+    with random vectors from ``rng``, a tenant a call."""
+    for tenant in range(tenants):
+        scope = Scope(tenant=f"t{tenant}", user_id="u")
+        records = [
+            MemoryRecord(scope=scope, message=Message(role="user", content=f"{tenant}-{i}"))
+            for i in range(per_tenant)
+        ]
+        store.add(records, rng.standard_normal((per_tenant, dim)).astype(np.float32))
+        progress("many tenants: insert", tenant + 1, tenants)
+
+
 def many_tenants(
     url: str, dim: int, tenants: int, per_tenant: int, queries: int, progress: Progress
 ) -> dict[str, Any]:
     """Insert ``tenants`` scopes of ``per_tenant`` records, then time queries each scoped to one tenant."""
     rng = np.random.default_rng(1)
     with PeakRss() as memory, opened(url) as store:
-        for tenant in range(tenants):
-            scope = Scope(tenant=f"t{tenant}", user_id="u")
-            records = [
-                MemoryRecord(scope=scope, message=Message(role="user", content=f"{tenant}-{i}"))
-                for i in range(per_tenant)
-            ]
-            store.add(records, rng.standard_normal((per_tenant, dim)).astype(np.float32))
-            progress("many tenants: insert", tenant + 1, tenants)
+        add_tenants(store, dim, tenants, per_tenant, rng, progress)
         vectors = rng.standard_normal((queries, dim)).astype(np.float32)
         picks = rng.integers(0, tenants, queries)
         result = summary(
