@@ -108,10 +108,16 @@ def is_due(now: int, analyzed: int) -> bool:
 def analyze_in_child(path: Path) -> int:
     """:func:`analyze` in a child process (safe while this process has a Chroma client on ``path``).
 
-    :raises OSError, subprocess.SubprocessError: if the child cannot run or fails.
+    :raises OSError, subprocess.SubprocessError: if the child cannot run or fails, or this process
+        was not started by a Python interpreter (``sys.executable`` is a server such as uWSGI).
     """
+    interpreter = Path(sys.executable or "?")
+    if not any(name in interpreter.name.lower() for name in ("python", "pypy")):
+        raise subprocess.SubprocessError(
+            f"no Python interpreter to run the child with (sys.executable: {interpreter})"
+        )
     done = subprocess.run(
-        [sys.executable, "-I", str(Path(__file__).resolve()), str(path)],
+        [str(interpreter), "-I", str(Path(__file__).resolve()), str(path)],
         capture_output=True,
         text=True,
         timeout=CHILD_TIMEOUT_SECONDS,

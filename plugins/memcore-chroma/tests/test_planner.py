@@ -124,6 +124,19 @@ def test_a_failed_gathering_is_logged_and_loses_no_write(
         assert len(store.list(SCOPE, limit=None)) == 60
 
 
+def test_a_process_not_started_by_python_logs_instead_of_running_the_child(
+    tmp_path: Path, small_threshold: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under uWSGI ``sys.executable`` is the server's binary, which must not be started as the child."""
+    folder = tmp_path / "db"
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "uwsgi"))
+    with ChromaStore(folder) as store, caplog.at_level(logging.WARNING, logger=planner.__name__):
+        _add(store, 50, seed=1)
+        assert "no Python interpreter to run the child with" in caplog.text
+        assert len(store.list(SCOPE, limit=None)) == 50
+    assert planner.analyzed_entries(folder) == 0
+
+
 def test_a_failed_gathering_at_open_is_logged_and_the_store_opens(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
