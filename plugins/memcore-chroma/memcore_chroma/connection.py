@@ -256,7 +256,7 @@ def _open_recovered(path: Path) -> tuple[ClientAPI, planner.Growth]:
     with translated(f"preparing the Chroma store at {path}"):
         if recovery.needs_recovery(path):
             recovery.reset_vector_indexes(path)
-        new = not (path / planner.SQLITE_FILE).exists()
+        new = not (path / erasure.SQLITE_FILE).exists()
         if new:
             close_client(_persistent_client(path))  # creates the SQLite file, whose log setting we change
         whole = new or (path / recovery.LOG_COMPLETE).exists() or recovery.log_never_trimmed(path)
@@ -265,7 +265,7 @@ def _open_recovered(path: Path) -> tuple[ClientAPI, planner.Growth]:
             recovery.mark(path, recovery.LOG_COMPLETE)
         else:
             recovery.unmark(path, recovery.LOG_COMPLETE)
-        growth = planner.Growth.at_open(path)  # before the client: see memcore_chroma.planner
+        growth = planner.Growth.at_open(path)
     client = _persistent_client(path)
     try:
         with translated(f"opening the Chroma store at {path}"):

@@ -25,7 +25,8 @@ from contextlib import closing
 from pathlib import Path
 
 from memcore.errors import StoreError
-from memcore_chroma.planner import SQLITE_FILE
+
+SQLITE_FILE = "chroma.sqlite3"
 
 # hnswlib's header.bin starts: format version, offsetLevel0, capacity, element count, element size, ...
 _HEADER = struct.Struct("<i6Q")
@@ -44,12 +45,21 @@ def compact_persist_directory(path: Path) -> None:
     try:
         with closing(sqlite3.connect(path / SQLITE_FILE, timeout=30)) as database:
             referenced = {row[0] for row in database.execute("SELECT id FROM segments")}
+            with database:
+                drop_index_samples(database)
             database.execute("VACUUM")
         for folder in path.iterdir():
             if folder.is_dir() and _SEGMENT_FOLDER.fullmatch(folder.name) and folder.name not in referenced:
                 shutil.rmtree(folder)
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"compacting the Chroma files under {path} failed: {exc}") from None
+
+
+def drop_index_samples(database: sqlite3.Connection) -> None:
+    """Empty ``sqlite_stat4`` if the file has one: a SQLite built with STAT4 samples whole index
+    keys into it at ``ANALYZE`` (documents, entry ids, deleted ones among them once deleted)."""
+    if database.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
+        database.execute("DELETE FROM sqlite_stat4")
 
 
 def scrub_vector_indexes(path: Path) -> None:

@@ -9,11 +9,15 @@ selective, and walks every entry of the collection testing each: listing a tenan
 0.61-2.28 ms (``benchmarks/chroma_planner_statistics.py``).
 
 An embedded store gathers them once its folder holds :data:`MIN_ENTRIES` entries, then each time
-the entries may have doubled (:class:`Growth`): at open, before Chroma's client opens the file, and
-after a write, in a child process. Chroma's Rust core links its own SQLite library, whose POSIX
-locks do not exclude this process's ``sqlite3`` (see :mod:`memcore_chroma.connection`); a child's
-locks do, as any two processes' on one SQLite file. Chroma's connections read the new statistics
-at their next query.
+the entries may have doubled (:class:`Growth`): checked at open and after each write, gathered in
+a child process (``python -P -m memcore_chroma.planner``). Chroma's Rust core links its own SQLite
+library, whose POSIX locks do not exclude this process's ``sqlite3`` (see
+:mod:`memcore_chroma.connection`); a child's locks do, as any two processes' on one SQLite file.
+
+Chroma's open connections plan with the statistics once the file first has them (creating
+``sqlite_stat1`` changes its schema, which they reload); later gatherings refresh the figures for
+connections opened after them. The plan that matters, the metadata index first, holds from the
+first gathering on: the figures are ratios that keep their order as the folder grows.
 
 For a Chroma server, run ``python -m memcore_chroma.planner /var/lib/chroma`` on its ``--path``
 (safe while it runs, for the same reason), after it has grown.
@@ -23,13 +27,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
 
-SQLITE_FILE = "chroma.sqlite3"
+from memcore_chroma.erasure import SQLITE_FILE, drop_index_samples
+
 MARKER = "memcore.planner-statistics"
 """Holds how many entries the folder's SQLite file had when its statistics were last gathered."""
 
@@ -50,6 +56,11 @@ BUSY_TIMEOUT_SECONDS = 30.0
 """How long gathering waits for Chroma's own writes to release the file."""
 
 CHILD_TIMEOUT_SECONDS = 120.0
+"""How long a write waits for the child gathering (which waits up to :data:`BUSY_TIMEOUT_SECONDS`
+for the file) before it gives up on it."""
+
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*w?(\.exe)?")
+"""The file names of Python interpreters (``python3.11``, ``pypy3``, ``pythonw.exe``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -67,21 +78,27 @@ def entries(path: Path) -> int:
 def analyze(path: Path) -> int:
     """Gather the planner statistics of the folder ``path``'s SQLite file; how many entries it holds.
 
+    In one transaction, so that a failure leaves the statistics as they were; then the marker.
     Only in a process where no Chroma client has the file open (:func:`analyze_in_child` from one
     that may).
 
-    :raises sqlite3.Error, OSError: if the file cannot be read or written (then the marker is unchanged).
+    :raises sqlite3.Error, OSError: if the file cannot be read or written (if only the marker could
+        not be written, the statistics are new and the marker is as it was).
     """
-    with closing(sqlite3.connect(path / SQLITE_FILE, timeout=BUSY_TIMEOUT_SECONDS)) as database:
+    with closing(
+        sqlite3.connect(path / SQLITE_FILE, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    ) as database:
         database.execute(f"PRAGMA analysis_limit = {ANALYSIS_LIMIT}")
-        for table in ANALYZED_TABLES:
-            database.execute(f"ANALYZE {table}")
-        if database.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
-            # A SQLite built with STAT4 samples whole index keys (documents, entry ids), which
-            # would outlive the records' deletion; the row counts of sqlite_stat1 are enough.
-            database.execute("DELETE FROM sqlite_stat4")
-        database.commit()
-        (count,) = database.execute("SELECT count(*) FROM embeddings").fetchone()
+        database.execute("BEGIN IMMEDIATE")
+        try:
+            for table in ANALYZED_TABLES:
+                database.execute(f"ANALYZE {table}")
+            drop_index_samples(database)  # kept by a SQLite built with STAT4: whole index keys
+            (count,) = database.execute("SELECT count(*) FROM embeddings").fetchone()
+            database.execute("COMMIT")
+        except BaseException:
+            database.execute("ROLLBACK")
+            raise
     _write_marker(path, int(count))
     return int(count)
 
@@ -108,16 +125,17 @@ def is_due(now: int, analyzed: int) -> bool:
 def analyze_in_child(path: Path) -> int:
     """:func:`analyze` in a child process (safe while this process has a Chroma client on ``path``).
 
-    :raises OSError, subprocess.SubprocessError: if the child cannot run or fails, or this process
-        was not started by a Python interpreter (``sys.executable`` is a server such as uWSGI).
+    :raises OSError, subprocess.SubprocessError, ValueError: if the child cannot run or fails, or
+        this process was not started by a Python interpreter (``sys.executable`` is a server such
+        as uWSGI, which must not be started instead).
     """
     interpreter = Path(sys.executable or "?")
-    if not any(name in interpreter.name.lower() for name in ("python", "pypy")):
+    if not _PYTHON.fullmatch(interpreter.name.lower()):
         raise subprocess.SubprocessError(
             f"no Python interpreter to run the child with (sys.executable: {interpreter})"
         )
     done = subprocess.run(
-        [str(interpreter), "-I", str(Path(__file__).resolve()), str(path)],
+        [str(interpreter), "-P", "-m", __name__, str(path)],  # -P: nothing from the working directory
         capture_output=True,
         text=True,
         timeout=CHILD_TIMEOUT_SECONDS,
@@ -125,7 +143,7 @@ def analyze_in_child(path: Path) -> int:
     )
     if done.returncode != 0:
         raise subprocess.SubprocessError(done.stderr.strip() or f"exit status {done.returncode}")
-    return int(done.stdout.split()[-1])
+    return int(done.stdout)  # ValueError if it printed no count (a child that did not run)
 
 
 class Growth:
@@ -142,21 +160,18 @@ class Growth:
 
     @classmethod
     def at_open(cls, path: Path) -> Growth:
-        """The growth of the folder ``path``, gathering its statistics first if due (no Chroma
-        client may have the file open yet).
+        """The growth of the folder ``path``, its statistics gathered first if due.
 
         A failure is logged, never raised: the store opens, and gathers once it has written
         :data:`MIN_ENTRIES` (if the file could not be read) or doubled (if it could).
         """
-        now = analyzed = 0
         try:
-            now, analyzed = entries(path), analyzed_entries(path)
-            if is_due(now, analyzed):
-                analyzed = now
-                now = analyzed = analyze(path)
-        except (sqlite3.Error, OSError) as exc:
+            growth = cls(path, entries(path), analyzed_entries(path))
+        except sqlite3.Error as exc:
             _could_not(path, exc)
-        return cls(path, now, analyzed)
+            return cls(path, 0, 0)
+        growth.wrote(0)
+        return growth
 
     def wrote(self, count: int) -> None:
         """``count`` entries were written: gather the statistics in a child if they are due now.
@@ -170,7 +185,7 @@ class Growth:
             self._entries = analyze_in_child(self._path)
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             _could_not(self._path, exc)
-        self._analyzed = self._entries
+        self._analyzed = self._entries  # also after a failure: not tried again before a doubling
 
 
 def _could_not(path: Path, exc: BaseException) -> None:

@@ -142,9 +142,10 @@ def hit_pages(ranked: Sequence[T], limit: int, depth: int = 0) -> Iterator[Seque
 
     :param depth: how deep the last search of the same selection had to read for its hits (an
         agent holding half the collection: about ``2 x limit``); the first page reads that and a
-        quarter more, if more, so that a second call is rarely needed.
+        quarter more, if more (up to ``3 x limit``: Chroma refuses a ``get`` of 32,766 ids), so
+        that a second call is rarely needed.
     """
-    first = max(limit + limit // 4, depth + depth // 4, MIN_HIT_PAGE)
+    first = max(limit + limit // 4, min(depth + depth // 4, 3 * limit), MIN_HIT_PAGE)
     if ranked:  # never an empty page: Chroma refuses a get of no ids
         yield ranked[:first]
     yield from chunks(ranked[first:], max(2 * limit, MIN_HIT_PAGE))
@@ -402,8 +403,8 @@ def unfiltered_search(
     ids, distances = found["ids"][0], (found["distances"] or [[]])[0]
     nearest = [(entry, clamp_score(1.0 - distance)) for entry, distance in zip(ids, distances, strict=True)]
     read = nearest[: limit * UNFILTERED_READ]
-    found = yield from best_read("reading the nearest entries", read, owns, wanted, limit, depth)
-    return found if len(found.hits) == limit else None
+    best = yield from best_read("reading the nearest entries", read, owns, wanted, limit, depth)
+    return best if len(best.hits) == limit else None
 
 
 class BestRead(NamedTuple):

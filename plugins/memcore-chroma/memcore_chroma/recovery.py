@@ -32,7 +32,7 @@ from pathlib import Path
 
 from memcore.errors import StoreCorruptedError, StoreError
 from memcore.locking import fsync_dir
-from memcore_chroma.planner import SQLITE_FILE
+from memcore_chroma.erasure import SQLITE_FILE
 
 OPEN_MARKER = "memcore.open"
 LOG_COMPLETE = "memcore.log-complete"

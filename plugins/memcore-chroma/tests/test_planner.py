@@ -14,7 +14,7 @@ from uuid import UUID
 
 import pytest
 from chroma_server import ChromaServer
-from memcore_chroma import ChromaHttpStore, ChromaStore, planner, urls
+from memcore_chroma import ChromaHttpStore, ChromaStore, erasure, planner, urls
 
 from memcore.scope import Scope
 from memcore.testing.helpers import make_record, random_vectors
@@ -31,7 +31,7 @@ def _add(store: ChromaStore | ChromaHttpStore, count: int, seed: int) -> list[UU
 
 def _statistics(folder: Path) -> list[tuple[str, str, str]]:
     """The rows of sqlite_stat1 (read with no Chroma client open on the folder, or across processes)."""
-    with closing(sqlite3.connect(folder / planner.SQLITE_FILE)) as database:
+    with closing(sqlite3.connect(folder / erasure.SQLITE_FILE)) as database:
         if not database.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone():
             return []
         return [tuple(row) for row in database.execute("SELECT tbl, idx, stat FROM sqlite_stat1")]
@@ -39,7 +39,7 @@ def _statistics(folder: Path) -> list[tuple[str, str, str]]:
 
 def _sampled_tables(folder: Path) -> list[str]:
     """The statistics tables that would hold index keys (built with STAT3 or STAT4) and are not empty."""
-    with closing(sqlite3.connect(folder / planner.SQLITE_FILE)) as database:
+    with closing(sqlite3.connect(folder / erasure.SQLITE_FILE)) as database:
         names = [
             row[0]
             for row in database.execute("SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_stat%'")
@@ -76,13 +76,30 @@ def test_gathered_once_the_folder_holds_enough_entries_then_at_each_doubling(
     assert ("embedding_metadata", "embedding_metadata_string_value") in tables
 
 
+def _plant_index_samples(folder: Path) -> None:
+    """What a SQLite built with STAT4 leaves after ``ANALYZE``: ``sqlite_stat4`` rows holding whole
+    index keys (this build has no STAT4, so the table is made by hand), of a table the gathering
+    does not analyze, so that only its emptying clears them."""
+    with closing(sqlite3.connect(folder / erasure.SQLITE_FILE)) as database, database:
+        database.execute("PRAGMA writable_schema = ON")
+        database.execute("CREATE TABLE IF NOT EXISTS sqlite_stat4(tbl, idx, neq, nlt, ndlt, sample)")
+        database.execute(
+            "INSERT INTO sqlite_stat4 VALUES ('collections', 'x', '1', '1', '1', 'a deleted secret')"
+        )
+    assert _sampled_tables(folder) == ["sqlite_stat4"]
+
+
 def test_the_statistics_hold_counts_only_never_a_deleted_records_values(
     tmp_path: Path, small_threshold: int
 ) -> None:
     folder = tmp_path / "db"
     with ChromaStore(folder) as store:
-        ids = _add(store, 50, seed=1)
+        ids = _add(store, 30, seed=1)
         store.delete(SCOPE, [ids[0]])
+    _plant_index_samples(folder)
+    with ChromaStore(folder) as store:
+        _add(store, 20, seed=2)  # 49 entries: gathered
+        assert planner.analyzed_entries(folder) == 49
     rows = _statistics(folder)
     assert rows
     for _, _, stat in rows:
@@ -90,7 +107,35 @@ def test_the_statistics_hold_counts_only_never_a_deleted_records_values(
     assert _sampled_tables(folder) == []
 
 
-def test_a_folder_that_grew_unanalyzed_is_analyzed_at_open_before_chroma_opens_it(
+def test_a_purge_leaves_no_index_samples(tmp_path: Path) -> None:
+    folder = tmp_path / "db"
+    with ChromaStore(folder) as store:
+        _add(store, 10, seed=1)
+    _plant_index_samples(folder)
+    with ChromaStore(folder) as store:
+        store.purge()
+    assert _sampled_tables(folder) == []
+
+
+def test_the_gathering_never_runs_in_the_process_that_has_chroma_open(
+    tmp_path: Path, small_threshold: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chroma's SQLite library does not share this process's POSIX locks: the child gathers."""
+    folder = tmp_path / "db"
+
+    def not_here(path: Path) -> int:
+        raise AssertionError("gathered in the process that has Chroma open")
+
+    monkeypatch.setattr(planner, "analyze", not_here)
+    with ChromaStore(folder) as store:
+        _add(store, 60, seed=1)
+        assert planner.analyzed_entries(folder) == 60
+    (folder / planner.MARKER).unlink()
+    with ChromaStore(folder) as store:  # due at open
+        assert planner.analyzed_entries(folder) == 60
+
+
+def test_a_folder_that_grew_unanalyzed_is_analyzed_at_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = tmp_path / "db"
@@ -166,6 +211,7 @@ def test_a_running_servers_folder_is_analyzed_by_the_command_and_keeps_serving(
             check=False,
         )
         assert done.returncode == 0, done.stderr
+        assert done.stderr == ""  # no runpy warning: the package does not import the module first
         assert int(done.stdout) >= 50
         assert _statistics(chroma_server.path)
         _add(store, 5, seed=2)
@@ -181,4 +227,4 @@ def test_the_command_refuses_a_folder_that_is_not_chromas(tmp_path: Path) -> Non
     )
     assert done.returncode == 1
     assert "not a Chroma persist directory" in done.stderr
-    assert not (tmp_path / planner.SQLITE_FILE).exists()
+    assert not (tmp_path / erasure.SQLITE_FILE).exists()

@@ -192,6 +192,10 @@ def test_hits_are_read_a_quarter_past_the_limit_first_then_twice_the_limit_a_pag
 def test_a_first_page_reads_as_deep_as_the_last_search_of_the_selection_had_to() -> None:
     assert [len(page) for page in hit_pages(list(range(100)), 25, depth=50)] == [62, 38]
     assert [len(page) for page in hit_pages(list(range(100)), 25, depth=20)] == [31, 50, 19]
+    assert [len(page) for page in hit_pages(list(range(400)), 100, depth=400)] == [
+        300,
+        100,
+    ]  # at most 3 x limit
 
 
 def test_a_scope_holding_half_the_collection_reads_its_hits_in_one_page_once_it_knows_how_deep(
