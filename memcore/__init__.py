@@ -14,10 +14,10 @@ cheap (no numpy, pydantic or plugin loading until something needs them).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memcore import errors as errors
+from memcore.lazy_exports import lazy_getattr
 
 # For type checkers only (``X as X``: an explicit re-export); at run time each name is imported
 # on first use from the module _LAZY_EXPORTS names.
@@ -80,13 +80,7 @@ __all__ = sorted(["errors", *_LAZY_EXPORTS])
 if not TYPE_CHECKING:
     # Hidden from type checkers, which see the imports above instead and so
     # still flag a misspelt ``memcore.<name>``.
-    def __getattr__(name: str) -> Any:
-        module = _LAZY_EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module 'memcore' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr("memcore", _LAZY_EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -10,8 +10,9 @@ module the package had already imported).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from memcore.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from memcore_chroma.deployments import ChromaHttpStore as ChromaHttpStore
@@ -31,11 +32,4 @@ _LAZY_EXPORTS: dict[str, str] = {
 __all__ = sorted(_LAZY_EXPORTS)
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY_EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module 'memcore_chroma' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr("memcore_chroma", _LAZY_EXPORTS, globals())
