@@ -125,6 +125,11 @@ class TestMemoryChromaAsync(AsyncStoreConformance):
 
     store_factory = TestMemoryChroma.store_factory
 
-    @pytest.mark.xfail(strict=True, reason="as for TestEmbeddedChromaAsync: the Rust insert holds the GIL")
+    @pytest.mark.xfail(
+        strict=False,
+        reason="as for TestEmbeddedChromaAsync: the Rust insert holds the GIL, here for a varying part "
+        "of the call (a beat 0.15-0.46 s late for 0.20-0.21 s adds, idle machine, and one run of three "
+        "under half the call), so it passes now and then: not strict",
+    )
     def test_the_loop_keeps_beating_while_a_long_call_runs(self, store: Store) -> None:
         super().test_the_loop_keeps_beating_while_a_long_call_runs(store)
