@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from memcore.stores.scoped_index import single_blas_thread
+from memcore.stores.blas_threads import single_blas_thread
 from memcore.validation import Matrix
 
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
 from uuid import UUID
 
 import numpy as np
 import numpy.typing as npt
-from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from memcore.filters import Filter, evaluate
 from memcore.keywords import idf, term_score, terms
@@ -30,6 +28,7 @@ from memcore.queries import KeywordQuery, ListQuery, Order, SearchQuery
 from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import text_matches
+from memcore.stores.blas_threads import single_blas_thread
 from memcore.stores.partition import ID_LOW_BITS, Partition, RecordCache, Rows, match_test, session_code
 from memcore.validation import Matrix
 
@@ -40,7 +39,6 @@ RecordKey = tuple[Scope, UUID]
 Selection = list[tuple[Partition, npt.NDArray[np.bool_] | None]]
 """Partitions visible through a scope, each with the mask of its rows in the scope (``None``: all)."""
 
-_blas: ThreadpoolController | None = None
 _GATHER_FRACTION = 0.3
 """Below this share of a partition's rows, a search scores only its candidates' vectors (gathered);
 above it, every row (one contiguous product is then cheaper than gathering)."""
@@ -48,21 +46,6 @@ _IDS_ONE_BY_ONE, _LOOKUPS_ONE_BY_ONE = 8, 4_096
 """A read by id looks each id up in each partition of its scope, unless it reads more than 8 ids
 with more than 4,096 lookups (a wide scope over many owners: an admin read, a copy's check); then
 it first finds the partitions holding its ids in one pass over their id columns."""
-
-
-def single_blas_thread() -> AbstractContextManager[object]:
-    """Run numpy's BLAS on one thread for the enclosed block.
-
-    A scoped search is a matrix-vector product over at most a few tens of
-    thousands of rows, too small to gain from more threads, while a
-    multi-threaded BLAS competes for the cores with the embedding model (and
-    everything else) and turns it into a latency spike. Global settings are
-    left alone; the limit holds only inside the block.
-    """
-    global _blas
-    if _blas is None:
-        _blas = ThreadpoolController()
-    return _blas.limit(limits=1, user_api="blas")  # type: ignore[no-any-return]
 
 
 class ScopedIndex:
