@@ -14,6 +14,7 @@ Not thread-safe by itself: stores wrap every call in their own lock.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterable, Iterator
 from uuid import UUID
@@ -288,33 +289,31 @@ class ScopedIndex:
         parts = [partition for partition, _ in selection]
         masks, exact = self._row_masks(selection, node)
         vector = query[0]
-        row_sets, score_sets, owners = [], [], []
+        row_sets: list[npt.NDArray[np.intp] | None] = []
+        score_sets, owners = [], []
         with single_blas_thread():
             for partition, mask in zip(parts, masks, strict=True):
-                usable = partition.has_vector[: partition.size]
-                rows = np.flatnonzero(usable if mask is None else usable & mask)
-                if not len(rows):
-                    continue
-                owners.append(partition)
-                if len(rows) <= _GATHER_FRACTION * partition.size:
-                    score_sets.append(partition.vectors.take(rows) @ vector)
-                else:
-                    score_sets.append(partition.vectors.products(vector, partition.size)[rows])
-                row_sets.append(rows)
+                scored = _scored_rows(partition, mask, vector)
+                if scored is not None:
+                    owners.append(partition)
+                    row_sets.append(scored[0])
+                    score_sets.append(scored[1])
         if not owners:
             return []
-        scores = np.concatenate(score_sets)
+        scores = score_sets[0] if len(score_sets) == 1 else np.concatenate(score_sets)
+        if exact and text is None and len(scores) > limit:
+            best = np.argpartition(-scores, limit - 1)[:limit]
+            ranked = best[np.argsort(-scores[best], kind="stable")]
+        else:
+            ranked = np.argsort(-scores, kind="stable")
         # Where each partition's candidates start in ``scores``: a position maps back to its
         # partition and row only for the few ranked hits, not for every candidate.
-        starts = np.cumsum([0, *(len(rows) for rows in row_sets)])
-        candidates = np.arange(len(scores))
-        if exact and text is None and len(candidates) > limit:
-            candidates = np.argpartition(-scores, limit - 1)[:limit]
-        ranked = candidates[np.argsort(-scores[candidates], kind="stable")]
+        starts = list(itertools.accumulate((len(scored) for scored in score_sets), initial=0))
         hits: list[ScoredRecord] = []
         for position in ranked.tolist():
-            owner = int(np.searchsorted(starts, position, side="right")) - 1
-            record = owners[owner].record(int(row_sets[owner][position - starts[owner]]))
+            owner = bisect.bisect_right(starts, position) - 1
+            rows, row = row_sets[owner], position - starts[owner]
+            record = owners[owner].record(row if rows is None else int(rows[row]))
             if text is not None and not text_matches(text, record.message.content):
                 continue
             if not exact and not evaluate(node, record):
@@ -481,6 +480,23 @@ def _holding(partitions: list[Partition], ids: list[UUID]) -> list[Partition]:
     found = np.flatnonzero(np.isin(np.concatenate([p.id_low[: p.size] for p in partitions]), wanted))
     owners = np.unique(np.searchsorted(np.cumsum(sizes), found, side="right"))
     return [partitions[owner] for owner in owners.tolist()]
+
+
+def _scored_rows(
+    partition: Partition, mask: npt.NDArray[np.bool_] | None, vector: Matrix
+) -> tuple[npt.NDArray[np.intp] | None, npt.NDArray[np.float32]] | None:
+    """The rows of ``partition`` a search scores (those in ``mask`` with a vector; ``None``: every
+    row, in order) and their products with ``vector``; ``None`` if no row is left."""
+    usable = partition.has_vector[: partition.size]
+    selected = usable if mask is None else usable & mask
+    if selected.all():  # the common case: no gather, and no row numbers to map the hits back
+        return None, partition.vectors.products(vector, partition.size)
+    rows = np.flatnonzero(selected)
+    if not len(rows):
+        return None
+    if len(rows) <= _GATHER_FRACTION * partition.size:
+        return rows, partition.vectors.take(rows) @ vector
+    return rows, partition.vectors.products(vector, partition.size)[rows]
 
 
 def _masked_head(
