@@ -10,8 +10,9 @@ from uuid import UUID
 
 import pytest
 
-from memcore import hookimpl
-from memcore.bench.workloads import opened
+from memcore import hookimpl, open_store
+from memcore.bench.dataset import random_dataset, selective_scope
+from memcore.bench.workloads import id_list, insert, opened, search_workloads
 from memcore.cli import main
 from memcore.plugin_manager import get_plugin_manager
 from memcore.records import MemoryRecord
@@ -215,3 +216,23 @@ def test_a_fresh_folder_needs_no_drop(tmp_path: Path, recwarn: pytest.WarningsRe
     with opened("jsonl://{tmp}/{name}"):
         pass
     assert not [w for w in recwarn if "remove it yourself" in str(w.message)]
+
+
+def test_each_scoped_search_reads_a_scope_whose_rows_the_floor_also_reads() -> None:
+    """The floor gathers the rows of a few scope variants: a store searching other scopes would
+    spread its reads over more memory than the floor and compare worse for no fault of its own."""
+    dataset = random_dataset(400, 8, 12)
+    store = open_store("memory://")
+    ids = id_list(insert(store, dataset, lambda *_: None)[0])
+    searched: list[Scope] = []
+    search = store.search
+
+    def recording(scope: Scope, **kwargs: Any) -> Any:
+        searched.append(scope)
+        return search(scope, **kwargs)
+
+    store.search = recording  # type: ignore[method-assign]
+    search_workloads(store, dataset, ids, 12, lambda *_: None)
+    floor_variants = {selective_scope(percent, v) for percent in (1, 10, 50) for v in range(4)}
+    scoped = {scope for scope in searched if scope.user_id or scope.agent_id or scope.session_id}
+    assert scoped == floor_variants
