@@ -42,7 +42,7 @@ from memcore.records import NEVER_EXPIRES, MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.stores.keyword_postings import Postings
 from memcore.stores.metadata_columns import MetadataColumn, bounds_test
-from memcore.stores.vector_blocks import VectorBlocks
+from memcore.stores.vector_blocks import BlockPool, VectorBlocks
 from memcore.validation import Matrix
 
 _INITIAL_CAPACITY = 16
@@ -207,6 +207,7 @@ class Partition:
         cache: RecordCache,
         *,
         keywords: bool = True,
+        blocks: BlockPool | None = None,
     ) -> None:
         self.dimension = dimension
         self.owner = owner
@@ -219,7 +220,7 @@ class Partition:
         """Session code -> the scope of that session's rows."""
         self._scope_json: dict[int, bytes] = {}
         """Session code -> ``{"scope":<its JSON>,``, what a row's JSON is missing at its start."""
-        self.vectors = VectorBlocks(dimension)
+        self.vectors = VectorBlocks(dimension, blocks)
         self.has_vector = np.zeros(_INITIAL_CAPACITY, dtype=bool)
         self.timestamps = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
         self.expiries = np.full(_INITIAL_CAPACITY, _NEVER, dtype=np.int64)
@@ -259,11 +260,13 @@ class Partition:
         for column in self.metadata.values():
             column.reserve(capacity)
 
-    def set_dimension(self, dimension: int) -> None:
-        """Give a partition created before any vector existed its vector width."""
+    def set_dimension(self, dimension: int, blocks: BlockPool) -> None:
+        """Give a partition created before any vector existed its vector width, and the pool of
+        its whole blocks."""
         if self.dimension != dimension:
             self.dimension = dimension
-            self.vectors = VectorBlocks(dimension)
+            self.vectors.release()
+            self.vectors = VectorBlocks(dimension, blocks)
             self.vectors.reserve(len(self.timestamps))
 
     # -- finding rows ------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import text_matches
 from memcore.stores.blas_threads import single_blas_thread
 from memcore.stores.partition import ID_LOW_BITS, Partition, RecordCache, Rows, match_test, session_code
+from memcore.stores.vector_blocks import BlockPool
 from memcore.validation import Matrix
 
 ScopeKey = tuple[str | None, str | None, str | None, str | None]
@@ -62,6 +63,7 @@ class ScopedIndex:
         self._unindexed: list[OwnerKey] = []
         """Partitions loaded without a keyword index (:meth:`build_keyword_index`), last first."""
         self._by_field: list[dict[str, set[OwnerKey]]] = [{} for _ in SCOPE_FIELDS[:3]]
+        self._blocks = None if dimension is None else BlockPool(dimension)
 
     def __len__(self) -> int:
         return self._size
@@ -70,8 +72,9 @@ class ScopedIndex:
         """Fix the index's vector dimension with its first vectors (a no-op once fixed)."""
         if self.dimension is None:
             self.dimension = dimension
+            self._blocks = BlockPool(dimension)
             for partition in self._partitions.values():
-                partition.set_dimension(dimension)
+                partition.set_dimension(dimension, self._blocks)
 
     def check_upsert(self, vectors: Matrix | None) -> None:
         """Refuse a batch whose vectors would change the dimension."""
@@ -104,7 +107,7 @@ class ScopedIndex:
         return added
 
     def _new_partition(self, key: OwnerKey, *, keywords: bool = True) -> Partition:
-        partition = Partition(self.dimension or 1, key, self._cache, keywords=keywords)
+        partition = Partition(self.dimension or 1, key, self._cache, keywords=keywords, blocks=self._blocks)
         self._partitions[key] = partition
         for index, value in enumerate(key):
             if value is not None:
@@ -112,7 +115,7 @@ class ScopedIndex:
         return partition
 
     def _drop_partition(self, key: OwnerKey) -> None:
-        del self._partitions[key]
+        self._partitions.pop(key).vectors.release()
         for index, value in enumerate(key):
             if value is not None:
                 keys = self._by_field[index][value]

@@ -19,7 +19,7 @@ from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.stores.metadata_columns import MetadataColumn
 from memcore.stores.scoped_index import ScopedIndex
-from memcore.stores.vector_blocks import BLOCK_ROWS, VectorBlocks
+from memcore.stores.vector_blocks import BLOCK_ROWS, SLAB_BLOCKS, BlockPool, VectorBlocks
 
 SCOPE = Scope(tenant="t", user_id="u", agent_id="a", session_id="s")
 BIG = 2**53 + 1
@@ -176,6 +176,60 @@ def test_vector_blocks_hold_and_score_rows_as_one_matrix_would() -> None:
     blocks.move(rows - 1, 3)
     np.testing.assert_array_equal(blocks.row(3), matrix[rows - 1])
     assert not blocks.row(rows - 1).any()
+
+
+def test_blocks_after_the_first_are_cut_from_slabs_large_enough_for_huge_pages() -> None:
+    pool = BlockPool(384)
+    blocks = VectorBlocks(384, pool)
+    blocks.reserve(4 * BLOCK_ROWS)
+    first, *whole = blocks.blocks
+    assert first.base is None and len(first) == BLOCK_ROWS  # doubled as it filled, its own
+    assert len({id(block.base) for block in whole}) == 1 and all(len(b) == BLOCK_ROWS for b in whole)
+    assert whole[0].base.nbytes >= SLAB_BLOCKS * BLOCK_ROWS * 384 * 4 >= 4 << 20  # numpy madvises from 4 MiB
+    assert whole[0].ctypes.data % (2 << 20) == 0  # on a huge page's boundary
+    assert pool.free == SLAB_BLOCKS - 3
+    alone = VectorBlocks(384)
+    alone.reserve(2 * BLOCK_ROWS)
+    assert all(block.base is None for block in alone.blocks)
+
+
+def test_blocks_given_back_are_handed_out_again_zeroed() -> None:
+    pool = BlockPool(8)
+    first = VectorBlocks(8, pool)
+    first.reserve(3 * BLOCK_ROWS)
+    first.set_rows(0, np.ones((3 * BLOCK_ROWS, 8), dtype=np.float32))
+    held = first.blocks[1:]
+    first.release()
+    assert pool.free == SLAB_BLOCKS and first.capacity < BLOCK_ROWS
+    second = VectorBlocks(8, pool)
+    second.reserve(3 * BLOCK_ROWS)
+    assert {block.ctypes.data for block in second.blocks[1:]} == {block.ctypes.data for block in held}
+    assert not any(block.any() for block in second.blocks)
+    first.reserve(5)  # usable again, as new
+    first.set_rows(0, np.ones((5, 8), dtype=np.float32))
+    assert first.products(np.ones(8, dtype=np.float32), 5).tolist() == [8.0] * 5
+
+
+def test_an_owner_emptied_gives_its_blocks_to_the_next_owner() -> None:
+    rng = np.random.default_rng(2)
+    count = 2 * BLOCK_ROWS + 5
+    vectors = rng.standard_normal((2 * count, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    gone, kept = SCOPE, Scope(tenant="t", user_id="v")
+    first = [MemoryRecord(scope=gone, message=Message(role="user", content=f"a{i}")) for i in range(count)]
+    second = [MemoryRecord(scope=kept, message=Message(role="user", content=f"b{i}")) for i in range(count)]
+    index = ScopedIndex()
+    index.upsert(first, vectors[:count])
+    pool = index._blocks
+    assert pool is not None
+    cut = pool.free + 2
+    index.remove([(gone, record.id) for record in first])
+    assert pool.free == cut  # both blocks after the first back
+    index.upsert(second, vectors[count:])
+    assert pool.free == cut - 2  # and reused, no new slab
+    query = SearchQuery(vector=vectors[count + 3][None, :], text=None, filter=None, limit=3)
+    assert index.search(kept, query, None)[0].record.id == second[3].id
+    assert index.search(gone, query, None) == []
 
 
 def test_a_partition_over_several_blocks_searches_deletes_and_exports_exactly() -> None:
