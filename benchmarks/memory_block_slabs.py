@@ -20,26 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from memcore.bench.timing import sample, summary
 
 _ARM = "--arm"
 
 
 def _p50_ms(call: Callable[[int], Any], count: int) -> float:
-    for i in range(3):
-        call(i)
-    times = []
-    for i in range(count):
-        began = time.perf_counter()
-        call(i)
-        times.append(time.perf_counter() - began)
-    return round(statistics.median(times) * 1e3, 3)
+    return summary(sample(call, count))["p50_ms"]
 
 
 def _huge_pages_kib() -> int:
