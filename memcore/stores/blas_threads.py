@@ -23,7 +23,7 @@ class single_blas_thread:  # noqa: N801 - used as a function: ``with single_blas
     left alone outside the block.
 
     The BLAS libraries are found once, at the first block (libraries loaded later are not
-    limited), and each block only reads and sets their thread counts: about 2 us, where
+    limited), and each block only reads and sets their thread counts: about 4 us, where
     ``threadpoolctl``'s ``limit()`` takes 9-16 us a block, a tenth of a selective search.
 
     As with ``limit()``, OpenBLAS's shared pool obeys one thread at a time (threadpoolctl lets the

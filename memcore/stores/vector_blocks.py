@@ -40,32 +40,50 @@ class BlockPool:
     owner's first block in slabs, one over the whole tenant 153-162 and 121-123 ms
     (``benchmarks/memory_block_slabs.py``, two pairs of runs).
 
-    A block given back (its partition emptied) is handed out again; slabs stay with the index
-    until it goes, as the allocator would have kept the freed blocks for reuse.
+    A block given back (its partition emptied) is handed out again, and a slab all of whose
+    blocks are back is let go, so that erasing owners returns their memory (the slabs are 12 MB
+    allocations of their own, which the allocator hands back to the system when freed).
     """
 
     def __init__(self, dimension: int) -> None:
         self.dimension = dimension
         self._free: list[Matrix] = []
+        self._in_use: dict[int, int] = {}
+        """The id of each slab's memory (a block's ``base``), with how many of its blocks are out."""
 
     @property
     def free(self) -> int:
         """How many blocks are cut and not in use."""
         return len(self._free)
 
+    @property
+    def slabs(self) -> int:
+        """How many slabs the pool holds."""
+        return len(self._in_use)
+
     def take(self) -> Matrix:
         """A zeroed block of :data:`BLOCK_ROWS` rows."""
         if not self._free:
             slab = _huge_page_aligned(SLAB_BLOCKS * BLOCK_ROWS, self.dimension)
+            # Handed out from the slab's start: a slab only partly used leaves its end untouched.
             self._free = [
                 slab[at : at + BLOCK_ROWS] for at in range((SLAB_BLOCKS - 1) * BLOCK_ROWS, -1, -BLOCK_ROWS)
             ]
-        return self._free.pop()
+            self._in_use[id(slab.base)] = 0
+        block = self._free.pop()
+        self._in_use[id(block.base)] += 1
+        return block
 
     def give_back(self, block: Matrix) -> None:
         """Return a block :meth:`take` gave, no longer read or written by its partition."""
-        block.fill(0.0)
-        self._free.append(block)
+        memory = block.base
+        self._in_use[id(memory)] -= 1
+        if self._in_use[id(memory)]:
+            block.fill(0.0)
+            self._free.append(block)
+            return
+        del self._in_use[id(memory)]
+        self._free = [free for free in self._free if free.base is not memory]
 
 
 def _huge_page_aligned(rows: int, dimension: int) -> Matrix:

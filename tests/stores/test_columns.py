@@ -4,6 +4,8 @@ blocks hold and score rows as one matrix would, and rows travel out and back in 
 from __future__ import annotations
 
 import dataclasses
+import gc
+import weakref
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -195,12 +197,14 @@ def test_blocks_after_the_first_are_cut_from_slabs_large_enough_for_huge_pages()
 
 def test_blocks_given_back_are_handed_out_again_zeroed() -> None:
     pool = BlockPool(8)
+    keeper = VectorBlocks(8, pool)
+    keeper.reserve(2 * BLOCK_ROWS)  # holds a block of the slab, which so stays
     first = VectorBlocks(8, pool)
     first.reserve(3 * BLOCK_ROWS)
     first.set_rows(0, np.ones((3 * BLOCK_ROWS, 8), dtype=np.float32))
     held = first.blocks[1:]
     first.release()
-    assert pool.free == SLAB_BLOCKS and first.capacity < BLOCK_ROWS
+    assert (pool.free, pool.slabs) == (SLAB_BLOCKS - 1, 1) and first.capacity < BLOCK_ROWS
     second = VectorBlocks(8, pool)
     second.reserve(3 * BLOCK_ROWS)
     assert {block.ctypes.data for block in second.blocks[1:]} == {block.ctypes.data for block in held}
@@ -210,7 +214,18 @@ def test_blocks_given_back_are_handed_out_again_zeroed() -> None:
     assert first.products(np.ones(8, dtype=np.float32), 5).tolist() == [8.0] * 5
 
 
-def test_an_owner_emptied_gives_its_blocks_to_the_next_owner() -> None:
+def test_a_slab_whose_blocks_are_all_back_is_let_go() -> None:
+    pool = BlockPool(8)
+    blocks = VectorBlocks(8, pool)
+    blocks.reserve(3 * BLOCK_ROWS)
+    memory = weakref.ref(blocks.blocks[1].base)
+    assert pool.slabs == 1
+    blocks.release()
+    gc.collect()
+    assert (pool.slabs, pool.free) == (0, 0) and memory() is None
+
+
+def test_an_owner_emptied_lets_its_blocks_go_and_the_next_owner_searches_exactly() -> None:
     rng = np.random.default_rng(2)
     count = 2 * BLOCK_ROWS + 5
     vectors = rng.standard_normal((2 * count, 16)).astype(np.float32)
@@ -221,12 +236,10 @@ def test_an_owner_emptied_gives_its_blocks_to_the_next_owner() -> None:
     index = ScopedIndex()
     index.upsert(first, vectors[:count])
     pool = index._blocks
-    assert pool is not None
-    cut = pool.free + 2
+    assert pool is not None and (pool.slabs, pool.free) == (1, SLAB_BLOCKS - 2)
     index.remove([(gone, record.id) for record in first])
-    assert pool.free == cut  # both blocks after the first back
+    assert (pool.slabs, pool.free) == (0, 0)  # the emptied owner's blocks given back, the slab let go
     index.upsert(second, vectors[count:])
-    assert pool.free == cut - 2  # and reused, no new slab
     query = SearchQuery(vector=vectors[count + 3][None, :], text=None, filter=None, limit=3)
     assert index.search(kept, query, None)[0].record.id == second[3].id
     assert index.search(gone, query, None) == []
