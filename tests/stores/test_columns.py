@@ -245,6 +245,59 @@ def test_an_owner_emptied_lets_its_blocks_go_and_the_next_owner_searches_exactly
     assert index.search(gone, query, None) == []
 
 
+def test_rows_written_before_the_first_vector_move_into_pool_blocks() -> None:
+    """A store bound to no dimension yet keeps placeholder rows; the first vectors give every
+    partition its width and its blocks from the pool, which get all of them back at the end."""
+    rng = np.random.default_rng(3)
+    owner = Scope(tenant="t", user_id="u")
+    early = [
+        MemoryRecord(scope=owner, message=Message(role="user", content="x")) for _ in range(BLOCK_ROWS + 100)
+    ]
+    later = [MemoryRecord(scope=owner, message=Message(role="user", content="y")) for _ in range(BLOCK_ROWS)]
+    vectors = rng.standard_normal((len(later), 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = ScopedIndex()
+    index.upsert(early, None)
+    index.upsert(later, vectors)
+    pool = index._blocks
+    assert pool is not None and pool.slabs == 1
+    query = SearchQuery(vector=vectors[5][None, :], text=None, filter=None, limit=3)
+    assert index.search(owner, query, None)[0].record.id == later[5].id
+    index.remove([(owner, record.id) for record in [*later, *early]])
+    assert (pool.slabs, pool.free) == (0, 0)
+
+
+def test_hits_map_back_to_their_rows_across_wholly_and_partly_selected_owners() -> None:
+    """One owner selected whole (scored without row numbers) between owners selected in part, by
+    the filter or by rows without a vector: every hit is the record its score belongs to."""
+    rng = np.random.default_rng(4)
+    records, vectors, has_vector = [], [], []
+    for user, size in (("u0", 300), ("u1", 50), ("u2", 400), ("u3", 20)):
+        for i in range(size):
+            bucket = 0 if user in ("u0", "u2") else i % 2
+            records.append(
+                MemoryRecord(
+                    scope=Scope(tenant="t", user_id=user),
+                    message=Message(role="user", content=f"{user}-{i}"),
+                    metadata={"b": bucket},
+                )
+            )
+            has_vector.append(user != "u2" or i % 3 > 0)
+    vectors = rng.standard_normal((len(records), 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = ScopedIndex()
+    index.upsert(records, vectors, np.array(has_vector))
+    node = parse_filter({"metadata.b": 0})
+    for probe in range(20):
+        query = vectors[rng.integers(len(records))]
+        hits = index.search(Scope(tenant="t"), SearchQuery(query[None, :], None, node, 25), None)
+        candidates = [i for i, record in enumerate(records) if has_vector[i] and record.metadata["b"] == 0]
+        best = sorted(candidates, key=lambda i: -float(vectors[i] @ query))[:25]
+        assert [hit.record.id for hit in hits] == [records[i].id for i in best], probe
+        for hit, i in zip(hits, best, strict=True):
+            assert hit.score == pytest.approx(float(vectors[i] @ query), abs=1e-5)
+
+
 def test_a_partition_over_several_blocks_searches_deletes_and_exports_exactly() -> None:
     rng = np.random.default_rng(1)
     count = 2 * BLOCK_ROWS + 5
