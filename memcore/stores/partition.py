@@ -262,10 +262,9 @@ class Partition:
 
     def set_dimension(self, dimension: int, blocks: BlockPool) -> None:
         """Give a partition created before any vector existed its vector width, and the pool of
-        its whole blocks."""
+        its whole blocks (its placeholder rows had none: the index had no pool yet)."""
         if self.dimension != dimension:
             self.dimension = dimension
-            self.vectors.release()
             self.vectors = VectorBlocks(dimension, blocks)
             self.vectors.reserve(len(self.timestamps))
 
