@@ -424,12 +424,26 @@ def _on_disk(folder: Path, victims: list[MemoryRecord], vectors: Any, written: l
         vector = np.asarray(vectors[rows[victim.id]], dtype="<f4")
         for form in (vector.tobytes(), normalize_rows(vector[None, :])[0].astype("<f4").tobytes()):
             needles += [form, base64.b64encode(form)]
-    found = 0
+    assert all(needle.strip(b"\0") for needle in needles), "a needle of zeros would be missed"
+    found, longest = 0, max(map(len, needles), default=0)
     for file in folder.rglob("*"):
         if file.is_file():
-            data = file.read_bytes()
+            data = _written_span(file.read_bytes(), longest)
             found += sum(needle in data for needle in needles)
     return found
+
+
+def _written_span(data: bytes, margin: int) -> bytes:
+    """``data`` from ``margin`` bytes before its first non-zero byte to ``margin`` after its last.
+
+    A needle holding a non-zero byte cannot lie outside it, and the search skips the zeros that
+    preallocated files (Qdrant's mmap pages and WAL segments) are mostly made of.
+    """
+    written = np.frombuffer(data, dtype=np.uint8) != 0
+    if not written.any():
+        return b""
+    first, last = int(written.argmax()), len(data) - 1 - int(written[::-1].argmax())
+    return data[max(0, first - margin) : last + margin + 1]
 
 
 # -- concurrency and locks -----------------------------------------------------------------------
