@@ -4,13 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.memcore-installed
 PIP_FLAGS := --quiet --disable-pip-version-check
-PLUGINS := plugins/memcore-qdrant plugins/memcore-chroma plugins/memcore-pgvector
+QDRANT := plugins/memcore-qdrant
 CHROMA := plugins/memcore-chroma
+PGVECTOR := plugins/memcore-pgvector
+PLUGINS := $(QDRANT) $(CHROMA) $(PGVECTOR)
 # The CAMEL adapter's tests run in a venv of their own: camel-ai pins pydantic<=2.12 (see pyproject).
 CAMEL_VENV := .venv-camel
 CAMEL_STAMP := $(CAMEL_VENV)/.memcore-installed
 
-.PHONY: demo test check lint types pytest pytest-lane pytest-chroma pytest-camel clean
+.PHONY: demo test check lint types pytest lane-servers lane-embedded clean
 
 $(STAMP): pyproject.toml tests/plugin_example/pyproject.toml $(PLUGINS:%=%/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,7 +35,7 @@ demo: $(STAMP)
 
 ## test: lint, types and the whole test suite
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-chroma pytest-lane check
+	$(MAKE) --no-print-directory -j2 --output-sync=target lane-servers lane-embedded CHECK=1
 
 check: lint types
 
@@ -44,22 +46,25 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy memcore $(foreach plugin,$(PLUGINS),$(wildcard $(plugin)/memcore_*))
 
-# Each plugin's tests run on their own (their conftest and rootdir are the plugin's), in two lanes
-# side by side, one per core: Chroma's suite (its server busy for most of it) and all the others
-# (with the CAMEL venv's set-up; lint and types take the first core free). Each lane's output is
-# printed whole when it ends.
+## pytest: the whole test suite, without lint and types
 pytest: $(STAMP)
-	$(MAKE) --no-print-directory -j2 --output-sync=target pytest-chroma pytest-lane
+	$(MAKE) --no-print-directory -j2 --output-sync=target lane-servers lane-embedded
 
-pytest-lane: $(STAMP) pytest-camel
-	$(BIN)/python -m pytest
-	$(foreach plugin,$(filter-out $(CHROMA),$(PLUGINS)),$(BIN)/python -m pytest $(plugin)/tests &&) true
-
-pytest-chroma: $(STAMP)
+# The suites run in two lanes side by side, one per core, of about equal length; each lane's output
+# is printed whole when it ends. Each plugin's tests run on their own (their conftest and rootdir
+# are the plugin's).
+# The suites whose fixtures start a server: Chroma's (`chroma run`), then pgvector's (PostgreSQL).
+lane-servers: $(STAMP)
 	$(BIN)/python -m pytest $(CHROMA)/tests
+	$(BIN)/python -m pytest $(PGVECTOR)/tests
 
-pytest-camel: $(CAMEL_STAMP)
-	$(CAMEL_VENV)/bin/python -m pytest -W ignore::pytest.PytestConfigWarning tests-camel  # no pytest-asyncio there
+# The CAMEL adapter's tests (no pytest-asyncio in their venv), lint and types when CHECK is set,
+# then the core suite and Qdrant's (embedded modes).
+lane-embedded: $(STAMP) $(CAMEL_STAMP)
+	$(CAMEL_VENV)/bin/python -m pytest -W ignore::pytest.PytestConfigWarning tests-camel
+	$(if $(CHECK),$(MAKE) --no-print-directory check)
+	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(QDRANT)/tests
 
 clean:
 	rm -rf $(VENV) $(CAMEL_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

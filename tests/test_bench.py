@@ -22,9 +22,8 @@ from memcore.testing.raw_baseline import check_raw_baseline
 
 def test_quick_bench_writes_json_markdown_and_plots(tmp_path: Path, capsys: object) -> None:
     out = tmp_path / "bench"
-    status = main(
-        ["bench", "--quick", "--stores", "memory://,jsonl://{tmp}", "--dim", "32", "--out", str(out)]
-    )
+    stores = ["--stores", "memory://,jsonl://{tmp}"]
+    status = main(["bench", "--quick", *stores, "--dim", "32", "--embedder", "hash", "--out", str(out)])
     assert status == 0
     results = json.loads((out / "results.json").read_text())
     assert {run["store"] for run in results["runs"]} == {"memory://", "jsonl://{tmp}"}
