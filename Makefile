@@ -12,7 +12,7 @@ PLUGINS := $(QDRANT) $(CHROMA) $(PGVECTOR)
 CAMEL_VENV := .venv-camel
 CAMEL_STAMP := $(CAMEL_VENV)/.memcore-installed
 
-.PHONY: demo test check lint types pytest lane-servers lane-embedded clean
+.PHONY: demo test check lint types pytest lane-chroma lane-others clean
 
 $(STAMP): pyproject.toml tests/plugin_example/pyproject.toml $(PLUGINS:%=%/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ demo: $(STAMP)
 
 ## test: lint, types and the whole test suite
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j2 --output-sync=target lane-servers lane-embedded CHECK=1
+	$(MAKE) --no-print-directory -j2 --output-sync=target lane-chroma lane-others CHECK=1
 
 check: lint types
 
@@ -48,23 +48,23 @@ types: $(STAMP)
 
 ## pytest: the whole test suite, without lint and types
 pytest: $(STAMP)
-	$(MAKE) --no-print-directory -j2 --output-sync=target lane-servers lane-embedded
+	$(MAKE) --no-print-directory -j2 --output-sync=target lane-chroma lane-others
 
 # The suites run in two lanes side by side, one per core, of about equal length; each lane's output
 # is printed whole when it ends. Each plugin's tests run on their own (their conftest and rootdir
 # are the plugin's).
-# The suites whose fixtures start a server: Chroma's (`chroma run`), then pgvector's (PostgreSQL).
-lane-servers: $(STAMP)
-	$(BIN)/python -m pytest $(CHROMA)/tests
-	$(BIN)/python -m pytest $(PGVECTOR)/tests
-
-# The CAMEL adapter's tests (no pytest-asyncio in their venv), lint and types when CHECK is set,
-# then the core suite and Qdrant's (embedded modes).
-lane-embedded: $(STAMP) $(CAMEL_STAMP)
-	$(CAMEL_VENV)/bin/python -m pytest -W ignore::pytest.PytestConfigWarning tests-camel
+# Lint and types when CHECK is set, then Chroma's suite (its fixtures start `chroma run`).
+lane-chroma: $(STAMP)
 	$(if $(CHECK),$(MAKE) --no-print-directory check)
+	$(BIN)/python -m pytest $(CHROMA)/tests
+
+# The CAMEL adapter's tests (in their own venv, without pytest-asyncio), the core suite, Qdrant's
+# (its embedded modes) and pgvector's (its fixtures start PostgreSQL).
+lane-others: $(STAMP) $(CAMEL_STAMP)
+	$(CAMEL_VENV)/bin/python -m pytest -W ignore::pytest.PytestConfigWarning tests-camel
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest $(QDRANT)/tests
+	$(BIN)/python -m pytest $(PGVECTOR)/tests
 
 clean:
 	rm -rf $(VENV) $(CAMEL_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
