@@ -4,10 +4,10 @@
 
 Loads ``memcore bench``'s dataset (random 384-d vectors, 100 owners of one tenant) into a
 ``memory://`` store twice, each in its own process, alternating ``--pairs`` times: once with
-each partition's blocks after its first cut from slabs of ``SLAB_BLOCKS`` blocks (12 MB, which
-numpy asks the kernel to back with transparent huge pages) and once with slabs of one block
-(1.5 MB: no huge pages, each block on its own as before ``BlockPool``). At 100,000 records each
-owner holds one block (1,000 records), so only ``--records`` of a million or so shows a change.
+each partition's whole blocks (its first too, once doubled to 1,024 rows) cut from slabs of
+``SLAB_BLOCKS`` blocks (12 MB, which numpy asks the kernel to back with transparent huge pages)
+and once with slabs of one block (1.5 MB: no huge pages, each block on its own as before
+``BlockPool``). At 100,000 records each owner holds one block (1,000 records).
 Each times, p50 over ``--searches`` calls, the bench's searches whose vectors leave the CPU's
 caches: an agent's 10 % (cycling through four agents), the filter ``bucket < 10`` and the whole
 tenant; and reports the process's ``AnonHugePages`` after loading.

@@ -6,11 +6,13 @@ times while the copy runs. Here the first block doubles up to :data:`BLOCK_ROWS`
 rows, then whole blocks are added, so no more than one block is ever spare and
 nothing is copied. Products and gathers run block by block.
 
-A partition's blocks after its first come from its index's :class:`BlockPool`,
-cut from slabs of several blocks, so that the kernel can back them with huge pages.
+A partition's whole blocks come from its index's :class:`BlockPool`, cut from slabs of
+several blocks, so that the kernel can back them with huge pages.
 """
 
 from __future__ import annotations
+
+import mmap
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +28,12 @@ SLAB_BLOCKS = 8
 """Whole blocks per slab of a :class:`BlockPool` (12 MB at 384 dimensions)."""
 _HUGE_PAGE = 2 << 20
 """A transparent huge page on x86-64 (and arm64 with 4 KiB pages)."""
+MAPPED_BYTES = 64 << 10
+"""A growing first block from this size is a mapping of its own (see :meth:`BlockPool.first_block`)."""
+MAPPED_BLOCKS_KEPT = 4096
+"""At most this many of a pool's first blocks are mappings at once: far under the 65,530 mappings
+Linux allows a process, which threads and libraries need too."""
+_PRIVATE_MAPPINGS = hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS")
 
 
 class BlockPool:
@@ -43,6 +51,8 @@ class BlockPool:
     A block given back (its partition emptied) is handed out again, and a slab all of whose
     blocks are back is let go, so that erasing owners returns their memory (the slabs are 12 MB
     allocations of their own, which the allocator hands back to the system when freed).
+
+    The pool also gives each partition its first block as it doubles (:meth:`first_block`).
     """
 
     def __init__(self, dimension: int) -> None:
@@ -50,6 +60,13 @@ class BlockPool:
         self._free: list[Matrix] = []
         self._in_use: dict[int, int] = {}
         """The id of each slab's memory (a block's ``base``), with how many of its blocks are out."""
+        self._mapped: set[int] = set()
+        """The id of the memory (a block's ``base``) of each first block out that is a mapping."""
+
+    @property
+    def mapped(self) -> int:
+        """How many first blocks out are mappings of their own."""
+        return len(self._mapped)
 
     @property
     def free(self) -> int:
@@ -74,9 +91,39 @@ class BlockPool:
         self._in_use[id(block.base)] += 1
         return block
 
+    def first_block(self, rows: int) -> Matrix:
+        """A zeroed first block of ``rows`` rows (a power of two up to :data:`BLOCK_ROWS`).
+
+        At :data:`BLOCK_ROWS` it is a whole block from a slab. From :data:`MAPPED_BYTES` below
+        that it is an anonymous private mapping of its own, which the kernel takes back as soon
+        as the block is outgrown: from the heap, the smaller blocks a growing store leaves behind
+        stay resident as holes that later allocations only partly fill (loading 100,000 records
+        over 100 owners, whose first blocks all move into slabs, kept 19 MiB more that way).
+        Smaller blocks, and any past :data:`MAPPED_BLOCKS_KEPT` mappings, come from the heap.
+        """
+        if rows >= BLOCK_ROWS:
+            return self.take()
+        size = rows * self.dimension * 4
+        if _PRIVATE_MAPPINGS and size >= MAPPED_BYTES and self.mapped < MAPPED_BLOCKS_KEPT:
+            try:
+                memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            except OSError:  # out of mappings or address space: the heap may still have room
+                pass
+            else:
+                mapped: Matrix = np.frombuffer(memory, dtype=np.float32).reshape(rows, self.dimension)
+                self._mapped.add(id(mapped.base))
+                return mapped
+        return np.zeros((rows, self.dimension), dtype=np.float32)
+
     def give_back(self, block: Matrix) -> None:
-        """Return a block :meth:`take` gave, no longer read or written by its partition."""
+        """Return a block :meth:`take` or :meth:`first_block` gave, no longer read or written by
+        its partition."""
         memory = block.base
+        if memory is None:
+            return  # from the heap: freed with the last reference to it
+        if id(memory) in self._mapped:
+            self._mapped.discard(id(memory))  # unmapped with the last reference to it
+            return
         self._in_use[id(memory)] -= 1
         if self._in_use[id(memory)]:
             block.fill(0.0)
@@ -99,11 +146,9 @@ def _huge_page_aligned(rows: int, dimension: int) -> Matrix:
 class VectorBlocks:
     """Rows of ``dimension`` float32 values, row ``i`` at block ``i >> BLOCK_SHIFT``.
 
-    :param pool: where the blocks after the first come from (``None``: each allocated on its
-        own); give them back with :meth:`release` when the rows are no longer needed. The first
-        block, which doubles as it fills, is always its own: with every whole block taken from
-        slabs, the bench's load of 100,000 records over 100 owners (one block each) peaked at
-        231-235 MiB, against 216 with none.
+    :param pool: where the blocks come from, the first as it doubles too (``None``: each
+        allocated on its own); give them back with :meth:`release` when the rows are no longer
+        needed.
     """
 
     def __init__(self, dimension: int, pool: BlockPool | None = None) -> None:
@@ -118,9 +163,9 @@ class VectorBlocks:
         return self._pool.take()
 
     def release(self) -> None:
-        """Give the whole blocks back to the pool: every row is gone (the capacity is as new)."""
+        """Give the blocks back to the pool: every row is gone (the capacity is as new)."""
         if self._pool is not None:
-            for block in self.blocks[1:]:
+            for block in self.blocks:
                 self._pool.give_back(block)
         self.blocks = [np.zeros((_INITIAL_ROWS, self.dimension), dtype=np.float32)]
         self.capacity = _INITIAL_ROWS
@@ -134,10 +179,15 @@ class VectorBlocks:
             rows = len(first)
             while rows < min(needed, BLOCK_ROWS):
                 rows *= 2
-            grown = np.zeros((rows, self.dimension), dtype=np.float32)
+            if self._pool is None:
+                grown = np.zeros((rows, self.dimension), dtype=np.float32)
+            else:
+                grown = self._pool.first_block(rows)
             grown[: len(first)] = first
             self.blocks[0] = grown
             self.capacity = rows
+            if self._pool is not None:
+                self._pool.give_back(first)
         while self.capacity < needed:
             self.blocks.append(self._whole_block())
             self.capacity += BLOCK_ROWS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import weakref
 from datetime import UTC, datetime
 from uuid import UUID
@@ -19,9 +20,10 @@ from memcore.filters import evaluate, parse_filter
 from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
+from memcore.stores import vector_blocks
 from memcore.stores.metadata_columns import MetadataColumn
 from memcore.stores.scoped_index import ScopedIndex
-from memcore.stores.vector_blocks import BLOCK_ROWS, SLAB_BLOCKS, BlockPool, VectorBlocks
+from memcore.stores.vector_blocks import BLOCK_ROWS, MAPPED_BYTES, SLAB_BLOCKS, BlockPool, VectorBlocks
 
 SCOPE = Scope(tenant="t", user_id="u", agent_id="a", session_id="s")
 BIG = 2**53 + 1
@@ -180,16 +182,15 @@ def test_vector_blocks_hold_and_score_rows_as_one_matrix_would() -> None:
     assert not blocks.row(rows - 1).any()
 
 
-def test_blocks_after_the_first_are_cut_from_slabs_large_enough_for_huge_pages() -> None:
+def test_whole_blocks_the_first_too_are_cut_from_slabs_large_enough_for_huge_pages() -> None:
     pool = BlockPool(384)
     blocks = VectorBlocks(384, pool)
-    blocks.reserve(4 * BLOCK_ROWS)
-    first, *whole = blocks.blocks
-    assert first.base is None and len(first) == BLOCK_ROWS  # doubled as it filled, its own
+    blocks.reserve(4 * BLOCK_ROWS)  # the first block doubles to a whole one, then three more
+    whole = blocks.blocks
     assert len({id(block.base) for block in whole}) == 1 and all(len(b) == BLOCK_ROWS for b in whole)
     assert whole[0].base.nbytes >= SLAB_BLOCKS * BLOCK_ROWS * 384 * 4 >= 4 << 20  # numpy madvises from 4 MiB
     assert whole[0].ctypes.data % (2 << 20) == 0  # on a huge page's boundary
-    assert pool.free == SLAB_BLOCKS - 3
+    assert pool.free == SLAB_BLOCKS - 4 and pool.mapped == 0  # the mapped sizes it grew through, unmapped
     alone = VectorBlocks(384)
     alone.reserve(2 * BLOCK_ROWS)
     assert all(block.base is None for block in alone.blocks)
@@ -198,16 +199,16 @@ def test_blocks_after_the_first_are_cut_from_slabs_large_enough_for_huge_pages()
 def test_blocks_given_back_are_handed_out_again_zeroed() -> None:
     pool = BlockPool(8)
     keeper = VectorBlocks(8, pool)
-    keeper.reserve(2 * BLOCK_ROWS)  # holds a block of the slab, which so stays
+    keeper.reserve(2 * BLOCK_ROWS)  # holds two blocks of the slab, which so stays
     first = VectorBlocks(8, pool)
     first.reserve(3 * BLOCK_ROWS)
     first.set_rows(0, np.ones((3 * BLOCK_ROWS, 8), dtype=np.float32))
-    held = first.blocks[1:]
+    held = first.blocks
     first.release()
-    assert (pool.free, pool.slabs) == (SLAB_BLOCKS - 1, 1) and first.capacity < BLOCK_ROWS
+    assert (pool.free, pool.slabs) == (SLAB_BLOCKS - 2, 1) and first.capacity < BLOCK_ROWS
     second = VectorBlocks(8, pool)
     second.reserve(3 * BLOCK_ROWS)
-    assert {block.ctypes.data for block in second.blocks[1:]} == {block.ctypes.data for block in held}
+    assert {block.ctypes.data for block in second.blocks} == {block.ctypes.data for block in held}
     assert not any(block.any() for block in second.blocks)
     first.reserve(5)  # usable again, as new
     first.set_rows(0, np.ones((5, 8), dtype=np.float32))
@@ -225,6 +226,46 @@ def test_a_slab_whose_blocks_are_all_back_is_let_go() -> None:
     assert (pool.slabs, pool.free) == (0, 0) and memory() is None
 
 
+def test_a_growing_first_block_is_a_private_mapping_given_back_when_outgrown() -> None:
+    pool = BlockPool(384)
+    blocks = VectorBlocks(384, pool)
+    blocks.reserve(100)  # 128 rows, 192 KiB
+    mapped = blocks.blocks[0]
+    assert mapped.base is not None and mapped.nbytes >= MAPPED_BYTES and pool.mapped == 1
+    assert mapped.flags.writeable and mapped.flags.c_contiguous and not mapped.any()
+    blocks.set_rows(0, np.full((100, 384), 2.0, dtype=np.float32))
+    child = os.fork()
+    if child == 0:  # a forked worker writing its copy must not reach the parent's rows
+        blocks.set_rows(0, np.zeros((100, 384), dtype=np.float32))
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    assert (blocks.blocks[0][:100] == 2.0).all()
+    outgrown = weakref.ref(mapped.base)
+    del mapped
+    blocks.reserve(300)  # 512 rows: the 128-row mapping is unmapped, its rows copied
+    gc.collect()
+    assert outgrown() is None and pool.mapped == 1 and (blocks.blocks[0][:100] == 2.0).all()
+    blocks.reserve(BLOCK_ROWS)
+    assert pool.mapped == 0 and pool.free == SLAB_BLOCKS - 1  # now a slab's block
+    small = VectorBlocks(384, pool)
+    small.reserve(20)  # 32 rows, 48 KiB: from the heap
+    assert small.blocks[0].base is None and pool.mapped == 0
+
+
+def test_first_blocks_past_the_mappings_kept_come_from_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vector_blocks, "MAPPED_BLOCKS_KEPT", 2)
+    pool = BlockPool(384)
+    owners = [VectorBlocks(384, pool) for _ in range(3)]
+    for blocks in owners:
+        blocks.reserve(200)
+    assert [blocks.blocks[0].base is None for blocks in owners] == [False, False, True]
+    assert pool.mapped == 2
+    owners[0].release()
+    assert pool.mapped == 1
+    owners[2].reserve(400)  # room for a mapping again
+    assert pool.mapped == 2 and owners[2].blocks[0].base is not None
+
+
 def test_an_owner_emptied_lets_its_blocks_go_and_the_next_owner_searches_exactly() -> None:
     rng = np.random.default_rng(2)
     count = 2 * BLOCK_ROWS + 5
@@ -236,7 +277,7 @@ def test_an_owner_emptied_lets_its_blocks_go_and_the_next_owner_searches_exactly
     index = ScopedIndex()
     index.upsert(first, vectors[:count])
     pool = index._blocks
-    assert pool is not None and (pool.slabs, pool.free) == (1, SLAB_BLOCKS - 2)
+    assert pool is not None and (pool.slabs, pool.free) == (1, SLAB_BLOCKS - 3)
     index.remove([(gone, record.id) for record in first])
     assert (pool.slabs, pool.free) == (0, 0)  # the emptied owner's blocks given back, the slab let go
     index.upsert(second, vectors[count:])
