@@ -59,6 +59,9 @@ class MetadataColumn:
         self.highest = -np.inf
         """Bounds of every number this column has held (never narrowed when one leaves): a range
         outside them matches no row, which a search learns without comparing any."""
+        self.number_rows = 0
+        """How many rows hold a number: when every row of the partition does, a range the bounds
+        lie inside matches every row, which a search learns without comparing any either."""
 
     def reserve(self, capacity: int) -> None:
         """Grow to hold ``capacity`` rows (new rows absent)."""
@@ -82,6 +85,7 @@ class MetadataColumn:
         elif is_number(value):
             number = float(value)  # type: ignore[arg-type]
             self.types[row], self.numbers[row] = NUMBER, number
+            self.number_rows += 1
             self.lowest, self.highest = min(self.lowest, number), max(self.highest, number)
             if _inexact(value):
                 self.inexact.add(row)
@@ -93,6 +97,8 @@ class MetadataColumn:
         """Make row ``row`` absent."""
         if self.types[row] == LIST:
             del self.lists[row]
+        elif self.types[row] == NUMBER:
+            self.number_rows -= 1
         self.inexact.discard(row)
         self.types[row] = ABSENT
 
@@ -191,6 +197,27 @@ def bounds_test(op: str, value: object) -> Callable[[MetadataColumn], bool]:
         if all(isinstance(v, str) for v in values):
             return lambda column: bool(column.lists) or any(v in column.string_codes for v in values)
     return _always
+
+
+def covers_test(op: str, value: object) -> Callable[[MetadataColumn, int], bool]:
+    """Whether ``op value`` matches every one of a column's first ``size`` rows, answered from
+    its bounds and counts alone: ``True`` only when each of them holds a number (exactly held)
+    and the range holds both bounds, so a search takes the partition whole without a mask."""
+    test = _BOUND_TESTS.get(op)
+    if test is None or not is_number(value) or _inexact(value):
+        return _covers_nothing
+    bound = float(value)  # type: ignore[arg-type]
+    # Both bounds passing means every number between them does.
+    return lambda column, size: (
+        column.number_rows == size
+        and not column.inexact
+        and test(column.lowest, bound)
+        and test(column.highest, bound)
+    )
+
+
+def _covers_nothing(column: MetadataColumn, size: int) -> bool:
+    return False
 
 
 def _always(column: MetadataColumn) -> bool:

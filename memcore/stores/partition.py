@@ -41,7 +41,7 @@ from memcore.queries import Order
 from memcore.records import NEVER_EXPIRES, MemoryRecord, epoch_micros
 from memcore.scope import Scope
 from memcore.stores.keyword_postings import Postings
-from memcore.stores.metadata_columns import MetadataColumn, bounds_test
+from memcore.stores.metadata_columns import MetadataColumn, bounds_test, covers_test
 from memcore.stores.vector_blocks import BlockPool, VectorBlocks
 from memcore.validation import Matrix
 
@@ -650,3 +650,23 @@ def match_test(node: Filter | None) -> Callable[[Partition], bool]:
 
 def _any_partition(partition: Partition) -> bool:
     return True
+
+
+def whole_test(node: Filter | None) -> Callable[[Partition], bool]:
+    """Whether every row of a partition matches ``node``: ``True`` only when metadata bounds and
+    counts prove it (:func:`~memcore.stores.metadata_columns.covers_test`), so a read takes the
+    partition's rows without building the filter's mask. Built once per read, as :func:`match_test`."""
+    if isinstance(node, Comparison):
+        if not node.field.startswith(METADATA_PREFIX):
+            return _no_partition
+        key, test = node.field[len(METADATA_PREFIX) :], covers_test(node.op, node.value)
+        return lambda partition: test(partition.metadata_column(key), partition.size)
+    if isinstance(node, And | Or):
+        tests = [whole_test(clause) for clause in node.clauses]
+        combine = all if isinstance(node, And) else any
+        return lambda partition: combine(test(partition) for test in tests)
+    return _no_partition  # no filter (no mask to spare), or a negation
+
+
+def _no_partition(partition: Partition) -> bool:
+    return False

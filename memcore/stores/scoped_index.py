@@ -30,7 +30,15 @@ from memcore.records import MemoryRecord, ScoredRecord, epoch_micros
 from memcore.scope import SCOPE_FIELDS, Scope
 from memcore.store import text_matches
 from memcore.stores.blas_threads import single_blas_thread
-from memcore.stores.partition import ID_LOW_BITS, Partition, RecordCache, Rows, match_test, session_code
+from memcore.stores.partition import (
+    ID_LOW_BITS,
+    Partition,
+    RecordCache,
+    Rows,
+    match_test,
+    session_code,
+    whole_test,
+)
 from memcore.stores.vector_blocks import BlockPool
 from memcore.validation import Matrix
 
@@ -221,7 +229,11 @@ class ScopedIndex:
             return [in_scope for _, in_scope in selection], True
         masks: list[npt.NDArray[np.bool_] | None] = []
         exact = True
+        whole = whole_test(node)
         for partition, in_scope in selection:
+            if whole(partition):  # e.g. a key whose value follows the owner: no mask to build
+                masks.append(in_scope)
+                continue
             matching = partition.mask(node)
             exact = exact and matching is not None
             if matching is None:

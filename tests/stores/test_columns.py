@@ -22,6 +22,7 @@ from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.stores import vector_blocks
 from memcore.stores.metadata_columns import MetadataColumn
+from memcore.stores.partition import whole_test
 from memcore.stores.scoped_index import ScopedIndex
 from memcore.stores.vector_blocks import BLOCK_ROWS, MAPPED_BYTES, SLAB_BLOCKS, BlockPool, VectorBlocks
 
@@ -83,6 +84,72 @@ def test_metadata_masks_match_the_reference_evaluator(
     expected = {r.id for r in kept if evaluate(node, r)}
     assert {r.id for r in index.ordered(SCOPE, ListQuery(node, "asc"), None)} == expected
     assert index.count(SCOPE, node, None) == len(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from([0, 1, -1, 2, 1.0, 0.5, -0.0, BIG, 2**53]), min_size=1, max_size=12),
+    st.lists(values, max_size=2),
+    st.lists(st.integers(0, 13), max_size=4),
+    filters,
+)
+def test_columns_of_numbers_taken_whole_on_their_bounds_match_the_reference_evaluator(
+    numbers: list[object], others: list[object], removed: list[int], spec: dict[str, object]
+) -> None:
+    """Mostly columns of numbers alone, whose partition a range may take whole on its bounds and
+    counts (no mask): with a few other rows, and rows removed after the column was built."""
+    index = ScopedIndex()
+    records = [_record(value, number) for number, value in enumerate([*numbers, *others])]
+    vectors = np.random.default_rng(len(records)).standard_normal((len(records), 4)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index.upsert(records, vectors)
+    node = parse_filter(spec)
+    index.count(SCOPE, node, None)  # builds the column, so the removals below maintain it
+    gone = {records[i].id for i in removed if i < len(records)}
+    index.remove([(SCOPE, record_id) for record_id in gone])
+    expected = {r.id for r in records if r.id not in gone and evaluate(node, r)}
+    assert {r.id for r in index.ordered(SCOPE, ListQuery(node, "asc"), None)} == expected
+    assert index.count(SCOPE, node, None) == len(expected)
+    found = index.search(SCOPE, SearchQuery(vectors[:1], None, node, len(records)), None)
+    assert {hit.record.id for hit in found} == expected
+
+
+def test_a_range_holding_every_row_takes_the_partition_whole_without_a_mask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    index = ScopedIndex()
+    records = [_record(number, number) for number in range(10)]
+    index.upsert(records, np.eye(10, 16, dtype=np.float32))
+    whole = {
+        op: parse_filter({"metadata.k": {op: value}}) for op, value in (("$lt", 10), ("$lte", 9), ("$gte", 0))
+    }
+    partial = [parse_filter({"metadata.k": {op: value}}) for op, value in (("$lt", 9), ("$gt", 0))]
+    partition = index.select(SCOPE, None, whole["$lt"])[0][0]
+
+    def no_mask(node: object) -> None:
+        raise AssertionError("a mask was built")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(partition, "mask", no_mask)
+        for node in whole.values():
+            assert whole_test(node)(partition) and index.count(SCOPE, node, None) == 10
+            assert (
+                len(index.search(SCOPE, SearchQuery(np.eye(1, 16, dtype=np.float32), None, node, 10), None))
+                == 10
+            )
+        both = parse_filter({"$and": [{"metadata.k": {"$lt": 10}}, {"metadata.k": {"$gte": 0}}]})
+        assert whole_test(both)(partition) and index.count(SCOPE, both, None) == 10
+    for node in partial:
+        assert not whole_test(node)(partition) and index.count(SCOPE, node, None) == 9
+    odd = _record("ten", 10)
+    index.upsert([odd], np.eye(1, 16, dtype=np.float32))  # a row without a number
+    assert not whole_test(whole["$lt"])(partition) and index.count(SCOPE, whole["$lt"], None) == 10
+    index.remove([(SCOPE, odd.id)])
+    assert whole_test(whole["$lt"])(partition)
+    index.upsert([records[3].model_copy(update={"metadata": {}})], np.eye(1, 16, dtype=np.float32))
+    assert not whole_test(whole["$lt"])(partition) and index.count(SCOPE, whole["$lt"], None) == 9
+    index.upsert([records[3].model_copy(update={"metadata": {"k": BIG}})], np.eye(1, 16, dtype=np.float32))
+    assert not whole_test(parse_filter({"metadata.k": {"$lt": 2**60}}))(partition)  # BIG is inexact
 
 
 @settings(max_examples=100, deadline=None)
