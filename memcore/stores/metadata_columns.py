@@ -13,6 +13,7 @@ caller evaluates those records one by one instead.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -60,8 +61,9 @@ class MetadataColumn:
         """Bounds of every number this column has held (never narrowed when one leaves): a range
         outside them matches no row, which a search learns without comparing any."""
         self.number_rows = 0
-        """How many rows hold a number: when every row of the partition does, a range the bounds
-        lie inside matches every row, which a search learns without comparing any either."""
+        """How many rows hold a number other than NaN: when every row of the partition does, a
+        range the bounds lie inside matches every row, which a search learns without comparing
+        any either."""
 
     def reserve(self, capacity: int) -> None:
         """Grow to hold ``capacity`` rows (new rows absent)."""
@@ -85,7 +87,8 @@ class MetadataColumn:
         elif is_number(value):
             number = float(value)  # type: ignore[arg-type]
             self.types[row], self.numbers[row] = NUMBER, number
-            self.number_rows += 1
+            if not math.isnan(number):  # NaN (from a foreign snapshot) lies in no range
+                self.number_rows += 1
             self.lowest, self.highest = min(self.lowest, number), max(self.highest, number)
             if _inexact(value):
                 self.inexact.add(row)
@@ -97,7 +100,7 @@ class MetadataColumn:
         """Make row ``row`` absent."""
         if self.types[row] == LIST:
             del self.lists[row]
-        elif self.types[row] == NUMBER:
+        elif self.types[row] == NUMBER and not math.isnan(self.numbers[row]):
             self.number_rows -= 1
         self.inexact.discard(row)
         self.types[row] = ABSENT

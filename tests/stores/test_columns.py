@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import os
 import weakref
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from memcore.queries import ListQuery, SearchQuery
 from memcore.records import MemoryRecord, Message
 from memcore.scope import Scope
 from memcore.stores import vector_blocks
-from memcore.stores.metadata_columns import MetadataColumn
+from memcore.stores.metadata_columns import MetadataColumn, covers_test
 from memcore.stores.partition import whole_test
 from memcore.stores.scoped_index import ScopedIndex
 from memcore.stores.vector_blocks import BLOCK_ROWS, MAPPED_BYTES, SLAB_BLOCKS, BlockPool, VectorBlocks
@@ -112,6 +113,19 @@ def test_columns_of_numbers_taken_whole_on_their_bounds_match_the_reference_eval
     assert index.count(SCOPE, node, None) == len(expected)
     found = index.search(SCOPE, SearchQuery(vectors[:1], None, node, len(records)), None)
     assert {hit.record.id for hit in found} == expected
+
+
+def test_a_nan_a_foreign_snapshot_may_hold_never_lets_a_range_take_its_column_whole() -> None:
+    column = MetadataColumn(4)
+    for row, value in enumerate([1.0, math.nan, 3]):
+        column.set(row, value)
+    covers = covers_test("$gte", 0)
+    assert column.number_rows == 2 and not covers(column, 3)  # NaN >= 0 is false for the evaluator
+    column.move(2, 1)  # the NaN row deleted: the last row takes its place
+    assert column.number_rows == 2 and covers(column, 2)
+    column.set(0, math.nan)
+    column.clear(0)
+    assert column.number_rows == 1
 
 
 def test_a_range_holding_every_row_takes_the_partition_whole_without_a_mask(
