@@ -13,6 +13,9 @@ several blocks, so that the kernel can back them with huge pages.
 from __future__ import annotations
 
 import mmap
+import os
+import threading
+import weakref
 
 import numpy as np
 import numpy.typing as npt
@@ -31,9 +34,59 @@ _HUGE_PAGE = 2 << 20
 MAPPED_BYTES = 64 << 10
 """A growing first block from this size is a mapping of its own (see :meth:`BlockPool.first_block`)."""
 MAPPED_BLOCKS_KEPT = 4096
-"""At most this many of a pool's first blocks are mappings at once: far under the 65,530 mappings
-Linux allows a process, which threads and libraries need too."""
+"""At most this many first blocks of the whole process are mappings at once: far under the
+65,530 mappings Linux allows a process, which threads and libraries need too."""
 _PRIVATE_MAPPINGS = hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS")
+
+
+class _MappingCount:
+    """How many mapped first blocks are alive in this process, across every pool and store."""
+
+    def __init__(self) -> None:
+        self._new_lock()
+        self.alive = 0
+
+    def _new_lock(self) -> None:
+        # Reentrant: a collection that frees a mapping (its finalizer drops one) may run anywhere.
+        # Made anew in a forked child, where a thread of the parent may have held it.
+        self._lock = threading.RLock()
+
+    def claim(self) -> bool:
+        """Count one more, unless :data:`MAPPED_BLOCKS_KEPT` are alive."""
+        with self._lock:
+            if self.alive >= MAPPED_BLOCKS_KEPT:
+                return False
+            self.alive += 1
+            return True
+
+    def drop(self) -> None:
+        with self._lock:
+            self.alive -= 1
+
+
+_MAPPINGS = _MappingCount()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_MAPPINGS._new_lock)
+
+
+def mapped_blocks() -> int:
+    """How many first blocks of this process are mappings of their own, now."""
+    return _MAPPINGS.alive
+
+
+def _mapped_block(rows: int, dimension: int) -> Matrix | None:
+    """A zeroed block in an anonymous private mapping of its own, counted until its memory is
+    freed (however its partition or pool ends); ``None`` past the count or if mapping fails."""
+    if not (_PRIVATE_MAPPINGS and _MAPPINGS.claim()):
+        return None
+    try:
+        memory = mmap.mmap(-1, rows * dimension * 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:  # out of mappings or address space: the heap may still have room
+        _MAPPINGS.drop()
+        return None
+    block: Matrix = np.frombuffer(memory, dtype=np.float32).reshape(rows, dimension)
+    weakref.finalize(block.base, _MAPPINGS.drop)
+    return block
 
 
 class BlockPool:
@@ -60,13 +113,6 @@ class BlockPool:
         self._free: list[Matrix] = []
         self._in_use: dict[int, int] = {}
         """The id of each slab's memory (a block's ``base``), with how many of its blocks are out."""
-        self._mapped: set[int] = set()
-        """The id of the memory (a block's ``base``) of each first block out that is a mapping."""
-
-    @property
-    def mapped(self) -> int:
-        """How many first blocks out are mappings of their own."""
-        return len(self._mapped)
 
     @property
     def free(self) -> int:
@@ -103,27 +149,15 @@ class BlockPool:
         """
         if rows >= BLOCK_ROWS:
             return self.take()
-        size = rows * self.dimension * 4
-        if _PRIVATE_MAPPINGS and size >= MAPPED_BYTES and self.mapped < MAPPED_BLOCKS_KEPT:
-            try:
-                memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            except OSError:  # out of mappings or address space: the heap may still have room
-                pass
-            else:
-                mapped: Matrix = np.frombuffer(memory, dtype=np.float32).reshape(rows, self.dimension)
-                self._mapped.add(id(mapped.base))
-                return mapped
-        return np.zeros((rows, self.dimension), dtype=np.float32)
+        mapped = _mapped_block(rows, self.dimension) if rows * self.dimension * 4 >= MAPPED_BYTES else None
+        return np.zeros((rows, self.dimension), dtype=np.float32) if mapped is None else mapped
 
     def give_back(self, block: Matrix) -> None:
         """Return a block :meth:`take` or :meth:`first_block` gave, no longer read or written by
         its partition."""
         memory = block.base
-        if memory is None:
-            return  # from the heap: freed with the last reference to it
-        if id(memory) in self._mapped:
-            self._mapped.discard(id(memory))  # unmapped with the last reference to it
-            return
+        if memory is None or id(memory) not in self._in_use:
+            return  # from the heap, or a mapping: freed (unmapped) with the last reference to it
         self._in_use[id(memory)] -= 1
         if self._in_use[id(memory)]:
             block.fill(0.0)

@@ -7,6 +7,9 @@ import dataclasses
 import gc
 import math
 import os
+import signal
+import threading
+import time
 import weakref
 from datetime import UTC, datetime
 from uuid import UUID
@@ -25,7 +28,14 @@ from memcore.stores import vector_blocks
 from memcore.stores.metadata_columns import MetadataColumn, covers_test
 from memcore.stores.partition import whole_test
 from memcore.stores.scoped_index import ScopedIndex
-from memcore.stores.vector_blocks import BLOCK_ROWS, MAPPED_BYTES, SLAB_BLOCKS, BlockPool, VectorBlocks
+from memcore.stores.vector_blocks import (
+    BLOCK_ROWS,
+    MAPPED_BYTES,
+    SLAB_BLOCKS,
+    BlockPool,
+    VectorBlocks,
+    mapped_blocks,
+)
 
 SCOPE = Scope(tenant="t", user_id="u", agent_id="a", session_id="s")
 BIG = 2**53 + 1
@@ -264,6 +274,8 @@ def test_vector_blocks_hold_and_score_rows_as_one_matrix_would() -> None:
 
 
 def test_whole_blocks_the_first_too_are_cut_from_slabs_large_enough_for_huge_pages() -> None:
+    gc.collect()
+    before = mapped_blocks()
     pool = BlockPool(384)
     blocks = VectorBlocks(384, pool)
     blocks.reserve(4 * BLOCK_ROWS)  # the first block doubles to a whole one, then three more
@@ -271,7 +283,8 @@ def test_whole_blocks_the_first_too_are_cut_from_slabs_large_enough_for_huge_pag
     assert len({id(block.base) for block in whole}) == 1 and all(len(b) == BLOCK_ROWS for b in whole)
     assert whole[0].base.nbytes >= SLAB_BLOCKS * BLOCK_ROWS * 384 * 4 >= 4 << 20  # numpy madvises from 4 MiB
     assert whole[0].ctypes.data % (2 << 20) == 0  # on a huge page's boundary
-    assert pool.free == SLAB_BLOCKS - 4 and pool.mapped == 0  # the mapped sizes it grew through, unmapped
+    gc.collect()
+    assert pool.free == SLAB_BLOCKS - 4 and mapped_blocks() == before  # the sizes it grew through, unmapped
     alone = VectorBlocks(384)
     alone.reserve(2 * BLOCK_ROWS)
     assert all(block.base is None for block in alone.blocks)
@@ -308,11 +321,13 @@ def test_a_slab_whose_blocks_are_all_back_is_let_go() -> None:
 
 
 def test_a_growing_first_block_is_a_private_mapping_given_back_when_outgrown() -> None:
+    gc.collect()
+    before = mapped_blocks()
     pool = BlockPool(384)
     blocks = VectorBlocks(384, pool)
     blocks.reserve(100)  # 128 rows, 192 KiB
     mapped = blocks.blocks[0]
-    assert mapped.base is not None and mapped.nbytes >= MAPPED_BYTES and pool.mapped == 1
+    assert mapped.base is not None and mapped.nbytes >= MAPPED_BYTES and mapped_blocks() == before + 1
     assert mapped.flags.writeable and mapped.flags.c_contiguous and not mapped.any()
     blocks.set_rows(0, np.full((100, 384), 2.0, dtype=np.float32))
     child = os.fork()
@@ -325,26 +340,68 @@ def test_a_growing_first_block_is_a_private_mapping_given_back_when_outgrown() -
     del mapped
     blocks.reserve(300)  # 512 rows: the 128-row mapping is unmapped, its rows copied
     gc.collect()
-    assert outgrown() is None and pool.mapped == 1 and (blocks.blocks[0][:100] == 2.0).all()
+    assert outgrown() is None and mapped_blocks() == before + 1 and (blocks.blocks[0][:100] == 2.0).all()
     blocks.reserve(BLOCK_ROWS)
-    assert pool.mapped == 0 and pool.free == SLAB_BLOCKS - 1  # now a slab's block
+    gc.collect()
+    assert mapped_blocks() == before and pool.free == SLAB_BLOCKS - 1  # now a slab's block
     small = VectorBlocks(384, pool)
     small.reserve(20)  # 32 rows, 48 KiB: from the heap
-    assert small.blocks[0].base is None and pool.mapped == 0
+    assert small.blocks[0].base is None and mapped_blocks() == before
 
 
-def test_first_blocks_past_the_mappings_kept_come_from_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vector_blocks, "MAPPED_BLOCKS_KEPT", 2)
-    pool = BlockPool(384)
-    owners = [VectorBlocks(384, pool) for _ in range(3)]
+def test_first_blocks_past_the_process_mappings_come_from_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    gc.collect()
+    monkeypatch.setattr(vector_blocks, "MAPPED_BLOCKS_KEPT", mapped_blocks() + 2)
+    owners = [VectorBlocks(384, BlockPool(384)) for _ in range(3)]  # a pool each: the count is the process's
     for blocks in owners:
         blocks.reserve(200)
     assert [blocks.blocks[0].base is None for blocks in owners] == [False, False, True]
-    assert pool.mapped == 2
     owners[0].release()
-    assert pool.mapped == 1
+    gc.collect()
     owners[2].reserve(400)  # room for a mapping again
-    assert pool.mapped == 2 and owners[2].blocks[0].base is not None
+    assert owners[2].blocks[0].base is not None
+
+
+def test_a_forked_child_maps_blocks_though_a_parent_thread_held_the_count_lock() -> None:
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with vector_blocks._MAPPINGS._lock:
+            held.set()
+            done.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        child = os.fork()
+        if child == 0:  # a worker forked while another thread counted a mapping
+            blocks = VectorBlocks(384, BlockPool(384))
+            blocks.reserve(100)
+            os._exit(0 if blocks.blocks[0].base is not None else 1)
+        deadline = time.monotonic() + 20
+        while (ended := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if ended[0] == 0:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            pytest.fail("the forked child hung on the lock a parent thread held")
+        assert ended[1] == 0
+    finally:
+        done.set()
+        holder.join()
+
+
+def test_a_mapping_is_counted_until_its_memory_goes_however_its_store_ends() -> None:
+    gc.collect()
+    before = mapped_blocks()
+    index = ScopedIndex()
+    records = [MemoryRecord(scope=SCOPE, message=Message(role="user", content=f"r{i}")) for i in range(100)]
+    index.upsert(records, np.eye(100, 384, dtype=np.float32))
+    assert mapped_blocks() == before + 1
+    del index  # dropped whole, as a closed store drops its index: nothing is given back
+    gc.collect()
+    assert mapped_blocks() == before
 
 
 def test_an_owner_emptied_lets_its_blocks_go_and_the_next_owner_searches_exactly() -> None:
