@@ -632,40 +632,53 @@ class Partition:
         return metadata.get(key, MISSING)
 
 
-def match_test(node: Filter | None) -> Callable[[Partition], bool]:
+PartitionTest = Callable[["Partition"], bool]
+
+
+def match_test(node: Filter | None) -> PartitionTest:
     """Whether a partition may hold a row matching ``node``: ``False`` only when metadata bounds
     or string codes rule every row out, so a read skips the partition without building a mask.
     Built once per read, so that the filter is taken apart once rather than per partition."""
+
+    def on_column(key: str, op: str, value: object) -> PartitionTest:
+        test = bounds_test(op, value)
+        return lambda partition: test(partition.metadata_column(key))
+
+    # No filter, or a negation (its clause ruling rows out rules them in): any partition may match.
+    return _metadata_test(node, on_column, _any_partition)
+
+
+def whole_test(node: Filter | None) -> PartitionTest:
+    """Whether every row of a partition matches ``node``: ``True`` only when metadata bounds and
+    counts prove it (:func:`~memcore.stores.metadata_columns.covers_test`), so a read takes the
+    partition's rows without building the filter's mask. Built once per read, as :func:`match_test`."""
+
+    def on_column(key: str, op: str, value: object) -> PartitionTest:
+        test = covers_test(op, value)
+        return lambda partition: test(partition.metadata_column(key), partition.size)
+
+    # No filter (no mask to spare), or a negation: never proven whole.
+    return _metadata_test(node, on_column, _no_partition)
+
+
+def _metadata_test(
+    node: Filter | None, on_column: Callable[[str, str, object], PartitionTest], otherwise: PartitionTest
+) -> PartitionTest:
+    """A partition test from ``on_column(key, op, value)`` for each metadata comparison of
+    ``node``, combined as its ``$and`` and ``$or`` combine them; ``otherwise`` for anything else."""
     if isinstance(node, Comparison):
         if not node.field.startswith(METADATA_PREFIX):
-            return _any_partition
-        key, test = node.field[len(METADATA_PREFIX) :], bounds_test(node.op, node.value)
-        return lambda partition: test(partition.metadata_column(key))
+            return otherwise
+        return on_column(node.field[len(METADATA_PREFIX) :], node.op, node.value)
     if isinstance(node, And | Or):
-        tests = [match_test(clause) for clause in node.clauses]
+        tests = [_metadata_test(clause, on_column, otherwise) for clause in node.clauses]
         combine = all if isinstance(node, And) else any
         return lambda partition: combine(test(partition) for test in tests)
-    return _any_partition  # no filter, or a negation: its clause ruling rows out rules them in
+    return otherwise
 
 
 def _any_partition(partition: Partition) -> bool:
     return True
-
-
-def whole_test(node: Filter | None) -> Callable[[Partition], bool]:
-    """Whether every row of a partition matches ``node``: ``True`` only when metadata bounds and
-    counts prove it (:func:`~memcore.stores.metadata_columns.covers_test`), so a read takes the
-    partition's rows without building the filter's mask. Built once per read, as :func:`match_test`."""
-    if isinstance(node, Comparison):
-        if not node.field.startswith(METADATA_PREFIX):
-            return _no_partition
-        key, test = node.field[len(METADATA_PREFIX) :], covers_test(node.op, node.value)
-        return lambda partition: test(partition.metadata_column(key), partition.size)
-    if isinstance(node, And | Or):
-        tests = [whole_test(clause) for clause in node.clauses]
-        combine = all if isinstance(node, And) else any
-        return lambda partition: combine(test(partition) for test in tests)
-    return _no_partition  # no filter (no mask to spare), or a negation
 
 
 def _no_partition(partition: Partition) -> bool:
