@@ -15,6 +15,19 @@ filter ``bucket < --percent``:
   rows' products and their top 10, which is what the bench's floor column times, with BLAS's
   default threads (as the bench runs it) and on one thread (as the store's search runs BLAS).
 
+``after_a_scan`` times the same steps again, each call after an untimed scan of as many vectors
+as the filter selects (another query's products with them): the state every step but the first
+of a search finds the CPU's caches in. A step that takes 20 us alone may take 60 after a scan:
+the scan's vectors pass through the L2 cache and push out the interpreter's and numpy's code and
+the index's Python objects. It adds the ranking of one partition's products (what follows the
+scan in a search) and two sums of steps timed after a scan:
+
+- ``sum_of_steps``: the public call with the store's search answering nothing (checking the
+  scope, the query and the filter), the partition's choice, its products, their ranking and ten
+  (cached) hits: what a search through the public API does, step by step;
+- ``least_public_search``: the first and the products alone, the least any search through the
+  public API can do, whatever its index (compare it with twice the floor).
+
 Prints JSON, in microseconds.
 """
 
@@ -35,6 +48,7 @@ from memcore import Scope, open_store
 from memcore.bench.dataset import TENANT, record
 from memcore.filters import parse_filter
 from memcore.queries import SearchQuery
+from memcore.records import ScoredRecord
 from memcore.stores.in_memory import InMemoryStore
 
 DIM = 384
@@ -43,6 +57,16 @@ DIM = 384
 def _p50_us(call: Callable[[int], Any], searches: int) -> float:
     times = []
     for i in range(searches):
+        began = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - began)
+    return round(statistics.median(times) * 1e6, 1)
+
+
+def _p50_after_scan_us(call: Callable[[int], Any], scan: Callable[[int], Any], searches: int) -> float:
+    times = []
+    for i in range(searches):
+        scan(i)
         began = time.perf_counter()
         call(i)
         times.append(time.perf_counter() - began)
@@ -95,10 +119,50 @@ def measure(records: int, percent: int, searches: int) -> dict[str, Any]:
             "numpy_floor_one_blas_thread": floor_one_thread,
         },
     }
+
+    def scan(i: int) -> Any:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return floor_rows @ query(i + 1)
+
+    products = partition.vectors.products(query(0), partition.size)
+    best = np.argsort(-products)[:10].tolist()
+
+    def rank(i: int) -> Any:
+        top = np.argpartition(-products, 9)[:10]
+        return top[np.argsort(-products[top], kind="stable")]
+
+    after = {
+        "store_search_parsed_filter": _p50_after_scan_us(
+            lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), scan, searches
+        ),
+        "index_search": _p50_after_scan_us(
+            lambda i: index.search(tenant, SearchQuery(query(i)[None, :], None, node, 10), None),
+            scan,
+            searches,
+        ),
+        "index_select": _p50_after_scan_us(lambda i: index.select(tenant, None, node), scan, searches),
+        "partition_products": _p50_after_scan_us(
+            lambda i: partition.vectors.products(query(i), partition.size), scan, searches
+        ),
+        "rank_partition": _p50_after_scan_us(rank, scan, searches),
+        "ten_cached_hits": _p50_after_scan_us(
+            lambda i: [ScoredRecord.of(partition.record(row), 0.5) for row in best], scan, searches
+        ),
+    }
+    with threadpool_limits(limits=1, user_api="blas"):
+        after["numpy_floor_one_blas_thread"] = _p50_after_scan_us(floor, scan, searches)
     store._search = lambda scope, query: []  # type: ignore[method-assign]
     timings["us_p50"]["store_search_engine_answering_nothing"] = _p50_us(
         lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), searches
     )
+    after["store_search_engine_answering_nothing"] = _p50_after_scan_us(
+        lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), scan, searches
+    )
+    steps = ("index_select", "rank_partition", "ten_cached_hits")
+    least = after["store_search_engine_answering_nothing"] + after["partition_products"]
+    after["sum_of_steps"] = round(least + sum(after[step] for step in steps), 1)
+    after["least_public_search"] = round(least, 1)
+    timings["us_p50_after_a_scan"] = after
     return timings
 
 
