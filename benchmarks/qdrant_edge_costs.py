@@ -11,15 +11,16 @@ are missed; this says where the time goes. p50 in microseconds over ``--repeats`
   qdrant-edge-py tries each value as bool, unsigned, signed and float, each failure raising a
   Python error, before taking it as a string.
 - ``write``: an agent's turn (two records with vectors) through ``store.add``; the same with the
-  engine's upsert answering at once (memcore's side before the engine: the records' and
+  engine adapter's upsert answering at once (memcore's side before the adapter: the records' and
   vectors' checks, the payloads, the storage ids, the lock and the plan), and that again with
   each call after an untimed raw write of a turn; two of its parts alone (``check_records``,
   which every store runs: each record serialised and validated again; and ``to_payload``); and
   the raw client's two steps, qdrant-edge-py's points and the shard's update.
 - ``search``: a scoped search of ``limit=10`` over one agent's records through ``store.search``;
   the raw client's same query, parsing its JSON (``memcore bench``'s baseline); ``store.search``
-  with the engine's query answering ten hits it found before (memcore's own side: the checks,
-  the filter it renders, the plan, the typed records), and that again with each call after an
+  with the engine adapter's query answering ten hits it found before (memcore's side around the
+  adapter: the checks, the scope's clause, the plan, the typed records; the adapter's rendering
+  of the request and its hits go with the engine's query), and that again with each call after an
   untimed raw query (the state a real search leaves the CPU's caches in); and memcore's decode of
   ten payloads into typed records against ``json.loads`` of the same JSON.
 """
