@@ -40,7 +40,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +48,7 @@ from threadpoolctl import threadpool_limits
 
 from memcore import Scope, open_store
 from memcore.bench.dataset import TENANT, record
+from memcore.bench.timing import sample
 from memcore.filters import parse_filter
 from memcore.queries import SearchQuery
 from memcore.records import ScoredRecord
@@ -58,23 +58,8 @@ from memcore.stores.in_memory import InMemoryStore
 DIM = 384
 
 
-def _p50_us(call: Callable[[int], Any], searches: int) -> float:
-    times = []
-    for i in range(searches):
-        began = time.perf_counter()
-        call(i)
-        times.append(time.perf_counter() - began)
-    return round(statistics.median(times) * 1e6, 1)
-
-
-def _p50_after_scan_us(call: Callable[[int], Any], scan: Callable[[int], Any], searches: int) -> float:
-    times = []
-    for i in range(searches):
-        scan(i)
-        began = time.perf_counter()
-        call(i)
-        times.append(time.perf_counter() - began)
-    return round(statistics.median(times) * 1e6, 1)
+def _p50_us(call: Callable[[int], Any], searches: int, before: Callable[[int], Any] | None = None) -> float:
+    return round(statistics.median(sample(call, searches, before=before)) * 1e3, 1)
 
 
 def measure(records: int, percent: int, searches: int) -> dict[str, Any]:
@@ -138,31 +123,31 @@ def measure(records: int, percent: int, searches: int) -> dict[str, Any]:
         return top[np.argsort(-products[top], kind="stable")]
 
     after = {
-        "store_search_parsed_filter": _p50_after_scan_us(
-            lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), scan, searches
+        "store_search_parsed_filter": _p50_us(
+            lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), searches, before=scan
         ),
-        "index_search": _p50_after_scan_us(
+        "index_search": _p50_us(
             lambda i: index.search(tenant, SearchQuery(query(i)[None, :], None, node, 10), None),
-            scan,
             searches,
+            before=scan,
         ),
-        "index_select": _p50_after_scan_us(lambda i: index.select(tenant, None, node), scan, searches),
-        "partition_products": _p50_after_scan_us(
-            lambda i: partition.vectors.products(query(i), partition.size), scan, searches
+        "index_select": _p50_us(lambda i: index.select(tenant, None, node), searches, before=scan),
+        "partition_products": _p50_us(
+            lambda i: partition.vectors.products(query(i), partition.size), searches, before=scan
         ),
-        "rank_partition": _p50_after_scan_us(rank, scan, searches),
-        "ten_cached_hits": _p50_after_scan_us(
-            lambda i: [ScoredRecord.of(partition.record(row), 0.5) for row in best], scan, searches
+        "rank_partition": _p50_us(rank, searches, before=scan),
+        "ten_cached_hits": _p50_us(
+            lambda i: [ScoredRecord.of(partition.record(row), 0.5) for row in best], searches, before=scan
         ),
     }
     with threadpool_limits(limits=1, user_api="blas"):
-        after["numpy_floor_one_blas_thread"] = _p50_after_scan_us(floor, scan, searches)
+        after["numpy_floor_one_blas_thread"] = _p50_us(floor, searches, before=scan)
     store._search = lambda scope, query: []  # type: ignore[method-assign]
     timings["us_p50"]["store_search_engine_answering_nothing"] = _p50_us(
         lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), searches
     )
-    after["store_search_engine_answering_nothing"] = _p50_after_scan_us(
-        lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), scan, searches
+    after["store_search_engine_answering_nothing"] = _p50_us(
+        lambda i: store.search(tenant, vector=query(i), filter=node, limit=10), searches, before=scan
     )
     if len(index.select(tenant, None, node)) == 1:
         steps = ("index_select", "rank_partition", "ten_cached_hits")

@@ -32,7 +32,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,26 +46,18 @@ from memcore_qdrant.raw_baseline import RawQdrantEdge
 
 from memcore import MemoryRecord, Message, Scope, open_store
 from memcore.bench.dataset import record
-from memcore.validation import check_records
+from memcore.bench.timing import sample
+from memcore.validation import check_records, normalize_rows
 
 DIM = 384
 
 
 def _p50_us(call: Callable[[int], Any], repeats: int, before: Callable[[int], Any] | None = None) -> float:
-    """p50 of ``call``, each call after an untimed ``before`` if given."""
-    times = []
-    for i in range(repeats):
-        if before is not None:
-            before(i)
-        began = time.perf_counter()
-        call(i)
-        times.append(time.perf_counter() - began)
-    return round(statistics.median(times) * 1e6, 1)
+    return round(statistics.median(sample(call, repeats, before=before)) * 1e3, 1)
 
 
 def _unit(rng: np.random.Generator, rows: int) -> Any:
-    vectors = rng.standard_normal((rows, DIM)).astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return normalize_rows(rng.standard_normal((rows, DIM)).astype(np.float32))
 
 
 def point_conversion(repeats: int) -> dict[str, float]:
@@ -110,7 +101,7 @@ def write(folder: Path, repeats: int) -> dict[str, float]:
     raw = RawQdrantEdge(folder / "raw")
     turns = [_turn(i, scope) for i in range(repeats)]
     vectors = [_unit(rng, 2) for _ in range(repeats)]
-    raw.prepare(turns[0], vectors[0])  # makes the shard
+    # The raw shard is made on the first prepare.
     prepared = [raw.prepare(turn, vector) for turn, vector in zip(turns, vectors, strict=True)]
     points = [_edge_points(turn) for turn in prepared]
     shard = raw._open  # the benchmark times the raw shard's update on purpose

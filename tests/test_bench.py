@@ -12,6 +12,7 @@ import pytest
 
 from memcore import hookimpl, open_store
 from memcore.bench.dataset import random_dataset, selective_scope
+from memcore.bench.timing import sample
 from memcore.bench.workloads import id_list, insert, opened, search_workloads
 from memcore.cli import main
 from memcore.plugin_manager import get_plugin_manager
@@ -235,3 +236,12 @@ def test_each_scoped_search_reads_a_scope_whose_rows_the_floor_also_reads() -> N
     floor_variants = {selective_scope(percent, v) for percent in (1, 10, 50) for v in range(4)}
     scoped = {scope for scope in searched if scope.user_id or scope.agent_id or scope.session_id}
     assert scoped == floor_variants
+
+
+def test_sample_runs_before_ahead_of_every_call_untimed() -> None:
+    order: list[str] = []
+    samples = sample(
+        lambda i: order.append(f"call {i}"), 2, warmup=1, before=lambda i: order.append(f"before {i}")
+    )
+    assert order == ["before 0", "call 0", "before 0", "call 0", "before 1", "call 1"]
+    assert len(samples) == 2

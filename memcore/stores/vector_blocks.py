@@ -213,15 +213,13 @@ class VectorBlocks:
             rows = len(first)
             while rows < min(needed, BLOCK_ROWS):
                 rows *= 2
-            if self._pool is None:
-                grown = np.zeros((rows, self.dimension), dtype=np.float32)
-            else:
-                grown = self._pool.first_block(rows)
+            pool = self._pool
+            grown = pool.first_block(rows) if pool else np.zeros((rows, self.dimension), dtype=np.float32)
             grown[: len(first)] = first
             self.blocks[0] = grown
             self.capacity = rows
-            if self._pool is not None:
-                self._pool.give_back(first)
+            if pool is not None:
+                pool.give_back(first)  # only now: a block given back to a slab is zeroed
         while self.capacity < needed:
             self.blocks.append(self._whole_block())
             self.capacity += BLOCK_ROWS
